@@ -1,0 +1,600 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False, freethreading_compatible=True
+#
+# The kernels: two access patterns (SLICES, COLUMNS; see _layout.pxd) times
+# four modes, over the one statistics core in _moments.pxd.  This file is
+# compiled once per instruction-set level (fastnorm._kernels_<level>).
+#
+#   MODE_STATS   per-slice mean and M2 only (mean_var)
+#   MODE_CENTER  statistics, then y = (x - mean) * rstd * gamma + beta
+#   MODE_RMS     statistics, then y = x * rstd * gamma (+ beta), rstd from mean(x**2)
+#   MODE_GIVEN   no statistics: mean and rstd are inputs (batch norm eval)
+#
+# Every result is a function of the data and the layout alone: reductions are
+# cut into blocks whose sizes depend on the shape only, and blocks are merged
+# in a fixed order, so the thread count never changes a bit of the output.
+
+from cython.parallel cimport prange
+from libc.stdlib cimport malloc, free
+from libc.math cimport sqrt, NAN
+cimport numpy as cnp
+
+from _simd cimport *
+from _moments cimport *
+from _layout cimport *
+
+cnp.import_array()
+
+cdef enum:
+    MODE_STATS = 0
+    MODE_CENTER = 1
+    MODE_RMS = 2
+    MODE_GIVEN = 3
+
+cdef enum:
+    # Values per Welford block along a run: one block is one work item when a
+    # few long slices are split across threads.
+    CHUNK = 4096
+    # Columns per tile of the COLUMNS pattern: the tile's accumulators
+    # (2 x 512 doubles) stay in L1 while the rows stream by.
+    COL_TILE = 512
+    # Rows per block of the COLUMNS pattern are at least this many...
+    ROW_BLOCK_MIN = 64
+    # ...and blocks times tiles at most this many (bounds the scratch memory).
+    MAX_COL_ITEMS = 256
+    # Below this many elements a call runs on one thread.
+    PARALLEL_MIN = 1 << 15
+
+MODES = {"stats": MODE_STATS, "center": MODE_CENTER, "rms": MODE_RMS, "given": MODE_GIVEN}
+
+cdef double ONE = 1.0
+cdef double ZERO = 0.0
+
+
+cdef struct Coef:
+    # How one slice (or column) is normalized:
+    #   y = ((x - pivot) - shift) * scale * gamma + beta
+    double pivot
+    double shift
+    double scale
+
+
+cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
+                        double* s0, double* s1) noexcept nogil:
+    """Turn a slice's moments into its statistics (written to s0, s1) and
+    the coefficients that normalize it."""
+    cdef Coef c
+    cdef double var = m.m2 / m.n, mean = pivot + m.mean, ms
+    c.pivot = pivot
+    c.shift = m.mean
+    c.scale = 1.0
+    if mode == MODE_STATS:
+        s0[0] = mean
+        s1[0] = m.m2
+    elif mode == MODE_CENTER:
+        c.scale = 1.0 / sqrt(var + eps)
+        if var != var:
+            mean = NAN
+        s0[0] = mean
+        s1[0] = c.scale
+    else:  # MODE_RMS: mean(x**2) = var + mean**2, a sum of non-negatives
+        ms = var + mean * mean
+        c.pivot = 0.0
+        c.shift = 0.0
+        c.scale = 1.0 / sqrt(ms + eps)
+        s0[0] = ms
+        s1[0] = c.scale
+    return c
+
+
+cdef inline Coef given(const double* s0, const double* s1) noexcept nogil:
+    cdef Coef c
+    c.pivot = 0.0
+    c.shift = s0[0]
+    c.scale = s1[0]
+    return c
+
+
+cdef inline void normalize_run(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
+                               const char* gp, Py_ssize_t sg, const char* bp, Py_ssize_t sb,
+                               Py_ssize_t n, Coef c, in_t* ki, out_t* ko) noexcept nogil:
+    """y = ((x - pivot) - shift) * scale * g + b along one run of n values."""
+    cdef fn_vd piv = fn_set1(c.pivot), sh = fn_set1(c.shift), sc = fn_set1(c.scale), t
+    cdef Py_ssize_t i = 0
+    cdef double ts
+    while i + FN_W <= n:
+        t = fn_mul(fn_sub(fn_sub(vload(xp + i * sx, sx, ki), piv), sh), sc)
+        vstore(yp + i * sy, sy, fn_fma(t, vparam(gp + i * sg, sg), vparam(bp + i * sb, sb)), ko)
+        i = i + FN_W
+    while i < n:
+        ts = ((sload(xp + i * sx, ki) - c.pivot) - c.shift) * c.scale
+        sstore(yp + i * sy,
+               ts * (<const double*>(gp + i * sg))[0] + (<const double*>(bp + i * sb))[0], ko)
+        i = i + 1
+
+
+# ---------------------------------------------------------------------------
+# SLICES: the innermost axis is reduced.  A slice is n_runs runs (the outer
+# reduced axes) of run_len values (the inner one), each cut into CHUNK blocks.
+
+cdef struct SlicePlan:
+    const Layout* L
+    int mode
+    double eps
+    bint has_y
+    Py_ssize_t n_runs
+    Py_ssize_t run_len
+    Py_ssize_t n_chunks       # blocks per run
+    Moments* blocks           # items mode: one per (slice, run, block)
+    Coef* coefs               # items mode: one per slice
+
+
+cdef inline const char* run_start(const SlicePlan* p, const Odometer* s, const Odometer* r, int k) noexcept nogil:
+    return p.L.base[k] + s.off[k] + r.off[k]
+
+
+cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) noexcept nogil:
+    return pick_pivot(sload(p.L.base[OP_X] + s.off[OP_X], ki))
+
+
+cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const Odometer* r,
+                                  Py_ssize_t b, double pivot, in_t* ki) noexcept nogil:
+    cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
+    cdef Py_ssize_t start = b * CHUNK
+    cdef Py_ssize_t n = min(<Py_ssize_t>CHUNK, p.run_len - start)
+    return run_moments(run_start(p, s, r, OP_X) + start * inner.stride[OP_X],
+                       inner.stride[OP_X], n, pivot, ki)
+
+
+cdef inline void normalize_block(const SlicePlan* p, const Odometer* s, const Odometer* r,
+                                 Py_ssize_t start, Py_ssize_t n, Coef c,
+                                 in_t* ki, out_t* ko) noexcept nogil:
+    cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
+    normalize_run(run_start(p, s, r, OP_X) + start * inner.stride[OP_X], inner.stride[OP_X],
+                  <char*>run_start(p, s, r, OP_Y) + start * inner.stride[OP_Y], inner.stride[OP_Y],
+                  run_start(p, s, r, OP_G) + start * inner.stride[OP_G], inner.stride[OP_G],
+                  run_start(p, s, r, OP_B) + start * inner.stride[OP_B], inner.stride[OP_B],
+                  n, c, ki, ko)
+
+
+cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) noexcept nogil:
+    """Statistics and normalization of slice si by one thread (the slice is
+    still in cache for the second pass when it fits)."""
+    cdef const Layout* L = p.L
+    cdef Odometer s, r
+    cdef Moments acc = moments_empty(), m
+    cdef Coef c
+    cdef Py_ssize_t ri, b
+    cdef double pivot
+    odo_init(&s, L.kept, L.n_kept, si)
+    if p.mode == MODE_GIVEN:
+        c = given(<const double*>(L.base[OP_S] + s.off[OP_S]),
+                  <const double*>(L.base_s1 + s.off[OP_S]))
+    else:
+        pivot = slice_pivot(p, &s, ki)
+        odo_init(&r, L.red, L.n_red - 1, 0)
+        for ri in range(p.n_runs):
+            for b in range(p.n_chunks):
+                m = block_moments(p, &s, &r, b, pivot, ki)
+                moments_merge(&acc, &m)
+            odo_next(&r, L.red, L.n_red - 1)
+        c = finish(acc, pivot, p.mode, p.eps,
+                   <double*>(L.base[OP_S] + s.off[OP_S]), <double*>(L.base_s1 + s.off[OP_S]))
+    if p.has_y:
+        odo_init(&r, L.red, L.n_red - 1, 0)
+        for ri in range(p.n_runs):
+            normalize_block(p, &s, &r, 0, p.run_len, c, ki, ko)
+            odo_next(&r, L.red, L.n_red - 1)
+
+
+cdef void slice_item_stats(const SlicePlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
+    """Items mode, pass 1: the moments of one (slice, run, block)."""
+    cdef Odometer s, r
+    cdef Py_ssize_t per_slice = p.n_runs * p.n_chunks
+    cdef Py_ssize_t si = item // per_slice, rest = item % per_slice
+    odo_init(&s, p.L.kept, p.L.n_kept, si)
+    odo_init(&r, p.L.red, p.L.n_red - 1, rest // p.n_chunks)
+    p.blocks[item] = block_moments(p, &s, &r, rest % p.n_chunks, p.coefs[si].pivot, ki)
+
+
+cdef void slice_item_normalize(const SlicePlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
+    """Items mode, pass 2: normalize one (slice, run, block)."""
+    cdef Odometer s, r
+    cdef Py_ssize_t per_slice = p.n_runs * p.n_chunks
+    cdef Py_ssize_t si = item // per_slice, rest = item % per_slice
+    cdef Py_ssize_t start = (rest % p.n_chunks) * CHUNK
+    odo_init(&s, p.L.kept, p.L.n_kept, si)
+    odo_init(&r, p.L.red, p.L.n_red - 1, rest // p.n_chunks)
+    normalize_block(p, &s, &r, start, min(<Py_ssize_t>CHUNK, p.run_len - start),
+                    p.coefs[si], ki, ko)
+
+
+cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
+                       in_t* ki, out_t* ko) noexcept nogil:
+    cdef SlicePlan p
+    cdef Py_ssize_t i, n_items, si, per_slice
+    cdef Odometer s
+    cdef Moments acc
+    cdef int a
+    p.L = L
+    p.mode = mode
+    p.eps = eps
+    p.has_y = has_y
+    p.run_len = L.red[L.n_red - 1].size
+    p.n_runs = 1
+    for a in range(L.n_red - 1):
+        p.n_runs *= L.red[a].size
+    p.n_chunks = (p.run_len + CHUNK - 1) // CHUNK
+    p.blocks = NULL
+    p.coefs = NULL
+
+    if nthreads <= 1 or L.n_slices >= 2 * nthreads:
+        # Enough slices for every thread: each takes whole slices.
+        if nthreads > 1:
+            for i in prange(L.n_slices, num_threads=nthreads, schedule="static"):
+                slice_whole(&p, i, ki, ko)
+        else:
+            for i in range(L.n_slices):
+                slice_whole(&p, i, ki, ko)
+        return 0
+
+    # A few long slices: split them into (run, block) items.  The items of a
+    # slice are folded in the same order as slice_whole folds them, so both
+    # ways give the same bits.
+    per_slice = p.n_runs * p.n_chunks
+    n_items = L.n_slices * per_slice
+    p.coefs = <Coef*>malloc(L.n_slices * sizeof(Coef))
+    if p.coefs == NULL:
+        return -1
+    if mode != MODE_GIVEN:
+        p.blocks = <Moments*>malloc(n_items * sizeof(Moments))
+        if p.blocks == NULL:
+            free(p.coefs)
+            return -1
+        for si in range(L.n_slices):
+            odo_init(&s, L.kept, L.n_kept, si)
+            p.coefs[si].pivot = slice_pivot(&p, &s, ki)
+        for i in prange(n_items, num_threads=nthreads, schedule="static"):
+            slice_item_stats(&p, i, ki)
+    for si in range(L.n_slices):
+        odo_init(&s, L.kept, L.n_kept, si)
+        if mode == MODE_GIVEN:
+            p.coefs[si] = given(<const double*>(L.base[OP_S] + s.off[OP_S]),
+                                <const double*>(L.base_s1 + s.off[OP_S]))
+            continue
+        acc = moments_empty()
+        for i in range(si * per_slice, (si + 1) * per_slice):
+            moments_merge(&acc, &p.blocks[i])
+        p.coefs[si] = finish(acc, p.coefs[si].pivot, mode, eps,
+                             <double*>(L.base[OP_S] + s.off[OP_S]),
+                             <double*>(L.base_s1 + s.off[OP_S]))
+    if has_y:
+        for i in prange(n_items, num_threads=nthreads, schedule="static"):
+            slice_item_normalize(&p, i, ki, ko)
+    free(p.blocks)
+    free(p.coefs)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# COLUMNS: the innermost axis is kept.  Columns are cut into tiles of
+# COL_TILE, the rows (all reduced axes) into blocks; a (tile, block) item runs
+# a Welford update per column, vectorized across the tile, one row at a time.
+
+cdef struct ColumnPlan:
+    const Layout* L
+    int mode
+    double eps
+    Py_ssize_t n_cols         # length of the vectorized kept axis
+    Py_ssize_t n_outer        # product of the other kept axes
+    Py_ssize_t n_tiles
+    Py_ssize_t n_groups       # n_outer * n_tiles
+    Py_ssize_t n_rows         # product of the reduced axes
+    Py_ssize_t rows_per_block
+    Py_ssize_t n_blocks
+    double* state             # per item: mean[COL_TILE], m2[COL_TILE]
+    double* coef              # per group: pivot, shift, scale, each [COL_TILE]
+
+
+cdef struct Tile:
+    Odometer outer            # offsets of the outer kept index
+    Py_ssize_t c0             # first column
+    Py_ssize_t width          # columns in this tile
+    double* pivot
+    double* shift
+    double* scale
+
+
+cdef inline void tile_of(const ColumnPlan* p, Py_ssize_t group, Tile* t) noexcept nogil:
+    cdef double* base = p.coef + group * 3 * COL_TILE
+    odo_init(&t.outer, p.L.kept, p.L.n_kept - 1, group // p.n_tiles)
+    t.c0 = (group % p.n_tiles) * COL_TILE
+    t.width = min(<Py_ssize_t>COL_TILE, p.n_cols - t.c0)
+    t.pivot = base
+    t.shift = base + COL_TILE
+    t.scale = base + 2 * COL_TILE
+
+
+cdef inline const char* col_ptr(const ColumnPlan* p, const Tile* t, const Odometer* row,
+                                int k) noexcept nogil:
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    return p.L.base[k] + t.outer.off[k] + row.off[k] + t.c0 * vec.stride[k]
+
+
+cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcept nogil:
+    cdef Tile t
+    cdef Odometer row
+    cdef Py_ssize_t c, sx = p.L.kept[p.L.n_kept - 1].stride[OP_X]
+    cdef const char* xp
+    tile_of(p, group, &t)
+    odo_init(&row, p.L.red, p.L.n_red, 0)
+    xp = col_ptr(p, &t, &row, OP_X)
+    for c in range(t.width):
+        t.pivot[c] = pick_pivot(sload(xp + c * sx, ki))
+
+
+cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
+    cdef Tile t
+    cdef Odometer row
+    cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
+    cdef Py_ssize_t r0 = blk * p.rows_per_block
+    cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, c
+    cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X]
+    cdef double* mean = p.state + item * 2 * COL_TILE
+    cdef double* m2 = mean + COL_TILE
+    cdef const char* xp
+    cdef fn_vd r, mu, q
+    cdef double y, d, rs
+    tile_of(p, group, &t)
+    for c in range(t.width):
+        mean[c] = 0.0
+        m2[c] = 0.0
+    odo_init(&row, p.L.red, p.L.n_red, r0)
+    for k in range(nr):
+        xp = col_ptr(p, &t, &row, OP_X)
+        rs = 1.0 / <double>(k + 1)
+        r = fn_set1(rs)
+        c = 0
+        while c + FN_W <= t.width:
+            mu = fn_load_f64(mean + c)
+            q = fn_load_f64(m2 + c)
+            welford_step(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.pivot + c)), r, &mu, &q)
+            fn_store_f64(mean + c, mu)
+            fn_store_f64(m2 + c, q)
+            c = c + FN_W
+        while c < t.width:
+            y = sload(xp + c * sx, ki) - t.pivot[c]
+            d = y - mean[c]
+            mean[c] = mean[c] + d * rs
+            m2[c] = m2[c] + d * (y - mean[c])
+            c = c + 1
+        odo_next(&row, p.L.red, p.L.n_red)
+
+
+cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
+    """Fold the row blocks of one tile in order, then finish each column."""
+    cdef Tile t
+    cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
+    cdef double* first = p.state + group * p.n_blocks * 2 * COL_TILE
+    cdef double* mean
+    cdef double* m2
+    cdef double na, nb, f, d
+    cdef Moments m
+    cdef Coef co
+    cdef char* s0
+    cdef char* s1
+    tile_of(p, group, &t)
+    s0 = p.L.base[OP_S] + t.outer.off[OP_S] + t.c0 * sS
+    s1 = p.L.base_s1 + t.outer.off[OP_S] + t.c0 * sS
+    if p.mode == MODE_GIVEN:
+        for c in range(t.width):
+            co = given(<const double*>(s0 + c * sS), <const double*>(s1 + c * sS))
+            t.pivot[c] = co.pivot
+            t.shift[c] = co.shift
+            t.scale[c] = co.scale
+        return
+    na = <double>min(p.rows_per_block, p.n_rows)
+    for blk in range(1, p.n_blocks):
+        mean = first + blk * 2 * COL_TILE
+        m2 = mean + COL_TILE
+        nb = <double>min(p.rows_per_block, p.n_rows - blk * p.rows_per_block)
+        f = nb / (na + nb)
+        for c in range(t.width):
+            d = mean[c] - first[c]
+            first[c] = first[c] + d * f
+            first[COL_TILE + c] = first[COL_TILE + c] + m2[c] + d * d * na * f
+        na = na + nb
+    m.n = na
+    for c in range(t.width):
+        m.mean = first[c]
+        m.m2 = first[COL_TILE + c]
+        co = finish(m, t.pivot[c], p.mode, p.eps, <double*>(s0 + c * sS), <double*>(s1 + c * sS))
+        t.pivot[c] = co.pivot
+        t.shift[c] = co.shift
+        t.scale[c] = co.scale
+
+
+cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
+    cdef Tile t
+    cdef Odometer row
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
+    cdef Py_ssize_t r0 = blk * p.rows_per_block
+    cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, c
+    cdef Py_ssize_t sx = vec.stride[OP_X], sy = vec.stride[OP_Y]
+    cdef Py_ssize_t sg = vec.stride[OP_G], sb = vec.stride[OP_B]
+    cdef const char* xp
+    cdef char* yp
+    cdef const char* gp
+    cdef const char* bp
+    cdef fn_vd v
+    cdef double ts
+    tile_of(p, group, &t)
+    odo_init(&row, p.L.red, p.L.n_red, r0)
+    for k in range(nr):
+        xp = col_ptr(p, &t, &row, OP_X)
+        yp = <char*>col_ptr(p, &t, &row, OP_Y)
+        gp = col_ptr(p, &t, &row, OP_G)
+        bp = col_ptr(p, &t, &row, OP_B)
+        c = 0
+        while c + FN_W <= t.width:
+            v = fn_sub(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.pivot + c)),
+                       fn_load_f64(t.shift + c))
+            v = fn_mul(v, fn_load_f64(t.scale + c))
+            vstore(yp + c * sy, sy, fn_fma(v, vparam(gp + c * sg, sg), vparam(bp + c * sb, sb)), ko)
+            c = c + FN_W
+        while c < t.width:
+            ts = ((sload(xp + c * sx, ki) - t.pivot[c]) - t.shift[c]) * t.scale[c]
+            sstore(yp + c * sy,
+                   ts * (<const double*>(gp + c * sg))[0] + (<const double*>(bp + c * sb))[0], ko)
+            c = c + 1
+        odo_next(&row, p.L.red, p.L.n_red)
+
+
+cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
+                        in_t* ki, out_t* ko) noexcept nogil:
+    cdef ColumnPlan p
+    cdef Py_ssize_t i, n_items, cap
+    p.L = L
+    p.mode = mode
+    p.eps = eps
+    p.n_cols = L.kept[L.n_kept - 1].size
+    p.n_outer = L.n_slices // p.n_cols
+    p.n_tiles = (p.n_cols + COL_TILE - 1) // COL_TILE
+    p.n_groups = p.n_outer * p.n_tiles
+    p.n_rows = L.slice_len
+    # Row blocks: as many as parallelism needs, as few as memory allows; a
+    # function of the shape only.
+    cap = max(<Py_ssize_t>1, MAX_COL_ITEMS // p.n_groups)
+    p.n_blocks = min(cap, max(<Py_ssize_t>1, p.n_rows // ROW_BLOCK_MIN))
+    if mode == MODE_GIVEN:
+        p.n_blocks = max(<Py_ssize_t>1, min(p.n_rows, MAX_COL_ITEMS // p.n_groups))
+    p.rows_per_block = (p.n_rows + p.n_blocks - 1) // p.n_blocks
+    p.n_blocks = (p.n_rows + p.rows_per_block - 1) // p.rows_per_block
+    n_items = p.n_groups * p.n_blocks
+    p.state = NULL
+    p.coef = <double*>malloc(p.n_groups * 3 * COL_TILE * sizeof(double))
+    if p.coef == NULL:
+        return -1
+    if mode != MODE_GIVEN:
+        p.state = <double*>malloc(n_items * 2 * COL_TILE * sizeof(double))
+        if p.state == NULL:
+            free(p.coef)
+            return -1
+    if nthreads > 1:
+        if mode != MODE_GIVEN:
+            for i in prange(p.n_groups, num_threads=nthreads, schedule="static"):
+                column_pivots(&p, i, ki)
+            for i in prange(n_items, num_threads=nthreads, schedule="static"):
+                column_block_stats(&p, i, ki)
+        for i in prange(p.n_groups, num_threads=nthreads, schedule="static"):
+            column_finish(&p, i)
+        if has_y:
+            for i in prange(n_items, num_threads=nthreads, schedule="static"):
+                column_block_normalize(&p, i, ki, ko)
+    else:
+        if mode != MODE_GIVEN:
+            for i in range(p.n_groups):
+                column_pivots(&p, i, ki)
+            for i in range(n_items):
+                column_block_stats(&p, i, ki)
+        for i in range(p.n_groups):
+            column_finish(&p, i)
+        if has_y:
+            for i in range(n_items):
+                column_block_normalize(&p, i, ki, ko)
+    free(p.state)
+    free(p.coef)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Dispatch on the element types, then on the pattern.
+
+cdef int execute(const Layout* L, int mode, double eps, bint has_y, int nthreads,
+                 in_t* ki, out_t* ko) noexcept nogil:
+    if L.columns:
+        return columns_kernel(L, mode, eps, has_y, nthreads, ki, ko)
+    return slices_kernel(L, mode, eps, has_y, nthreads, ki, ko)
+
+
+cdef int execute_in(const Layout* L, int mode, double eps, bint has_y, int nthreads,
+                    int out_code, in_t* ki) noexcept nogil:
+    if out_code == 0:
+        return execute(L, mode, eps, has_y, nthreads, ki, <half_t*>NULL)
+    if out_code == 1:
+        return execute(L, mode, eps, has_y, nthreads, ki, <float*>NULL)
+    return execute(L, mode, eps, has_y, nthreads, ki, <double*>NULL)
+
+
+cdef int type_code(cnp.ndarray a) except -1:
+    cdef int t = cnp.PyArray_TYPE(a)
+    if t == cnp.NPY_FLOAT16:
+        return 0
+    if t == cnp.NPY_FLOAT:
+        return 1
+    if t == cnp.NPY_DOUBLE:
+        return 2
+    raise TypeError(f"kernel got dtype {a.dtype}")
+
+
+def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
+              tuple reduced, int mode, double eps, int nthreads):
+    """Run one call: x (float16/32/64, aligned, native byte order); y an
+    output of x's shape or None; gamma, beta float64 arrays of x.ndim
+    dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
+    keepdims layout (outputs, or inputs for mode 'given'); reduced a tuple of
+    bools, one per axis of x.  Nothing is copied."""
+    cdef Layout L
+    cdef int rc, in_code = type_code(x), out_code = in_code
+    cdef bint has_y = y is not None
+    cdef double one_zero[2]
+    if has_y:
+        out_code = type_code(y)
+    make_layout(&L, x, (y, gamma, beta, s0, s1), reduced)
+    # Absent parameters read as a broadcast 1 (gamma) and 0 (beta).
+    if gamma is None:
+        L.base[OP_G] = <char*>&ONE
+    if beta is None:
+        L.base[OP_B] = <char*>&ZERO
+    if L.n_slices * L.slice_len < PARALLEL_MIN:
+        nthreads = 1
+    with nogil:
+        if in_code == 0:
+            rc = execute_in(&L, mode, eps, has_y, nthreads, out_code, <half_t*>NULL)
+        elif in_code == 1:
+            rc = execute_in(&L, mode, eps, has_y, nthreads, out_code, <float*>NULL)
+        else:
+            rc = execute_in(&L, mode, eps, has_y, nthreads, out_code, <double*>NULL)
+    if rc != 0:
+        raise MemoryError("fastnorm: could not allocate scratch memory")
+
+
+def layout_pattern(cnp.ndarray x, tuple reduced):
+    """'columns' or 'slices': the access pattern a call on x would take
+    (for tests and benchmarks)."""
+    cdef Layout L
+    make_layout(&L, x, (None, None, None, None, None), reduced)
+    return "columns" if L.columns else "slices"
+
+
+def cpu_features():
+    """Instruction-set levels this CPU (and OS) supports."""
+    return {"x86-64-v3": bool(fn_cpu_has_x86_64_v3()),
+            "x86-64-v4": bool(fn_cpu_has_x86_64_v4())}
+
+
+def build_info():
+    return {
+        "variant": FN_VARIANT_NAME.decode(),
+        "compiler": FN_COMPILER.decode(),
+        "openmp": bool(FN_OPENMP),
+        "vector_bits": FN_W * 64,
+        "welford_lanes": FN_W * FN_NV,
+    }
+
+
+def max_threads():
+    """OpenMP's current default team size (honours OMP_NUM_THREADS and
+    threadpoolctl's limits)."""
+    return omp_get_max_threads()

@@ -1,0 +1,187 @@
+# From any call to one of two access patterns.
+#
+# A call is a set of operands that share x's shape (x, the output y, gamma,
+# beta, and the per-slice statistics), each with its own byte strides; axes
+# where an operand has size 1 get stride 0, so parameters and statistics in
+# keepdims layout broadcast for free.  The planner drops size-1 axes, turns
+# negative strides of x around, orders axes by x's stride (largest first) and
+# coalesces neighbours whose strides chain for every operand.  What is left
+# is split into kept axes (one statistic each) and reduced axes, both ordered
+# outer -> inner:
+#
+#   SLICES   the innermost axis is reduced: each slice is a set of runs along
+#            that axis (rows: layer norm on C order; with kept axes between
+#            reduced ones it is batch norm on NCHW; any strides otherwise).
+#   COLUMNS  the innermost axis is kept: the Welford update is vectorized
+#            across it, one row of the reduced axes at a time (batch norm on
+#            (N, C) and NHWC, layer norm over axis 0, F-ordered input).
+
+cimport numpy as cnp
+
+cdef enum:
+    MAX_DIMS = 64
+    N_OPS = 5
+    OP_X = 0      # input
+    OP_Y = 1      # output
+    OP_G = 2      # gamma (float64)
+    OP_B = 3      # beta (float64)
+    OP_S = 4      # per-slice statistics (two float64 arrays, same strides)
+
+
+cdef struct Axis:
+    Py_ssize_t size
+    Py_ssize_t stride[N_OPS]
+
+
+cdef struct Layout:
+    char* base[N_OPS]
+    char* base_s1              # the second statistics array
+    int n_kept
+    int n_red
+    bint columns               # pattern: COLUMNS if true, else SLICES
+    Py_ssize_t n_slices        # product of the kept sizes
+    Py_ssize_t slice_len       # product of the reduced sizes
+    Axis kept[MAX_DIMS]        # outer -> inner
+    Axis red[MAX_DIMS]         # outer -> inner; never empty
+
+
+cdef struct Odometer:
+    # Walks a list of axes in C order, keeping each operand's byte offset.
+    Py_ssize_t idx[MAX_DIMS]
+    Py_ssize_t off[N_OPS]
+
+
+cdef inline void odo_init(Odometer* o, const Axis* axes, int n, Py_ssize_t flat) noexcept nogil:
+    cdef int a, k
+    cdef Py_ssize_t i
+    for k in range(N_OPS):
+        o.off[k] = 0
+    for a in range(n - 1, -1, -1):
+        i = flat % axes[a].size
+        flat = flat // axes[a].size
+        o.idx[a] = i
+        for k in range(N_OPS):
+            o.off[k] += i * axes[a].stride[k]
+
+
+cdef inline void odo_next(Odometer* o, const Axis* axes, int n) noexcept nogil:
+    cdef int a = n - 1, k
+    while a >= 0:
+        o.idx[a] += 1
+        for k in range(N_OPS):
+            o.off[k] += axes[a].stride[k]
+        if o.idx[a] < axes[a].size:
+            return
+        for k in range(N_OPS):
+            o.off[k] -= axes[a].size * axes[a].stride[k]
+        o.idx[a] = 0
+        a -= 1
+
+
+cdef inline bint _outer_of(const Axis* a, const Axis* b) noexcept:
+    """Whether a goes outside b: larger x stride; stride-0 (broadcast) axes
+    go outermost, where they cost nothing."""
+    cdef Py_ssize_t sa = a.stride[OP_X], sb = b.stride[OP_X]
+    if sa == 0:
+        return sb != 0
+    if sb == 0:
+        return False
+    return sa > sb
+
+
+cdef inline bint _chains(const Axis* outer, const Axis* inner) noexcept:
+    cdef int k
+    for k in range(N_OPS):
+        if outer.stride[k] != inner.size * inner.stride[k]:
+            return False
+    return True
+
+
+cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) except -1:
+    """Fill L for x and ops = (y, gamma, beta, s0, s1), any of them None.
+
+    Every operand but x has x.ndim dimensions, each equal to x's or 1."""
+    cdef Axis dims[MAX_DIMS]
+    cdef bint red[MAX_DIMS]
+    cdef Axis tmp_axis
+    cdef bint tmp_red
+    cdef int nd = x.ndim, ax, k, n = 0, i, j
+    cdef Py_ssize_t size
+    cdef cnp.ndarray op
+    cdef object o
+    L.base[OP_X] = <char*>cnp.PyArray_DATA(x)
+    for k in range(1, N_OPS):
+        o = ops[k - 1]
+        L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
+    L.base_s1 = NULL if ops[4] is None else <char*>cnp.PyArray_DATA(ops[4])
+
+    for ax in range(nd):
+        size = x.shape[ax]
+        if size == 1:
+            continue
+        dims[n].size = size
+        dims[n].stride[OP_X] = x.strides[ax]
+        for k in range(1, N_OPS):
+            o = ops[k - 1]
+            if o is None:
+                dims[n].stride[k] = 0
+            else:
+                op = <cnp.ndarray>o
+                dims[n].stride[k] = 0 if op.shape[ax] == 1 else op.strides[ax]
+        red[n] = reduced[ax]
+        n += 1
+
+    # Walk negative x strides forwards: the order of a reduction is free,
+    # and every operand moves with x, so results land in the same places.
+    for i in range(n):
+        if dims[i].stride[OP_X] < 0:
+            for k in range(N_OPS):
+                if L.base[k] != NULL:
+                    L.base[k] += (dims[i].size - 1) * dims[i].stride[k]
+                if k == OP_S and L.base_s1 != NULL:
+                    L.base_s1 += (dims[i].size - 1) * dims[i].stride[k]
+                dims[i].stride[k] = -dims[i].stride[k]
+
+    # Stable insertion sort, outermost first.
+    for i in range(1, n):
+        tmp_axis = dims[i]
+        tmp_red = red[i]
+        j = i - 1
+        while j >= 0 and _outer_of(&tmp_axis, &dims[j]):
+            dims[j + 1] = dims[j]
+            red[j + 1] = red[j]
+            j -= 1
+        dims[j + 1] = tmp_axis
+        red[j + 1] = tmp_red
+
+    # Coalesce neighbours of the same kind whose strides chain for all operands.
+    L.n_kept = 0
+    L.n_red = 0
+    L.n_slices = 1
+    L.slice_len = 1
+    i = 0
+    while i < n:
+        tmp_axis = dims[i]
+        while i + 1 < n and red[i + 1] == red[i] and _chains(&tmp_axis, &dims[i + 1]):
+            size = tmp_axis.size * dims[i + 1].size
+            tmp_axis = dims[i + 1]
+            tmp_axis.size = size
+            i += 1
+        if red[i]:
+            L.red[L.n_red] = tmp_axis
+            L.n_red += 1
+            L.slice_len *= tmp_axis.size
+        else:
+            L.kept[L.n_kept] = tmp_axis
+            L.n_kept += 1
+            L.n_slices *= tmp_axis.size
+        i += 1
+
+    L.columns = n > 0 and not red[n - 1]
+    if L.n_red == 0:
+        # Nothing reduced: every slice is a single value.
+        L.red[0].size = 1
+        for k in range(N_OPS):
+            L.red[0].stride[k] = 0
+        L.n_red = 1
+    return 0

@@ -1,0 +1,116 @@
+# Vector primitives (fastnorm_simd.h) and the fused-type adapters that let
+# each kernel be written once for float16, float32 and float64 data.
+
+cdef extern from "fastnorm_simd.h" nogil:
+    ctypedef struct fn_vd:
+        pass
+    ctypedef unsigned short half_t "fn_half"
+
+    const int FN_W
+    const int FN_NV
+    const int FN_OPENMP
+    const char* FN_COMPILER
+    const char* FN_VARIANT_NAME
+
+    fn_vd fn_set1(double a)
+    fn_vd fn_zero()
+    fn_vd fn_add(fn_vd a, fn_vd b)
+    fn_vd fn_sub(fn_vd a, fn_vd b)
+    fn_vd fn_mul(fn_vd a, fn_vd b)
+    fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c)
+    double fn_hsum(fn_vd a)
+    double fn_lane(fn_vd a, int i)
+
+    fn_vd fn_load_f16(const half_t* p)
+    fn_vd fn_load_f32(const float* p)
+    fn_vd fn_load_f64(const double* p)
+    void fn_store_f16(half_t* p, fn_vd v)
+    void fn_store_f32(float* p, fn_vd v)
+    void fn_store_f64(double* p, fn_vd v)
+
+    double fn_half_to_double(half_t h)
+    half_t fn_double_to_half(double v)
+
+    int fn_cpu_has_x86_64_v3()
+    int fn_cpu_has_x86_64_v4()
+    int omp_get_max_threads()
+    int omp_get_num_procs()
+
+
+# The element types of data that is read (in_t) and written (out_t).
+ctypedef fused in_t:
+    half_t
+    float
+    double
+
+ctypedef fused out_t:
+    half_t
+    float
+    double
+
+
+cdef inline double sload(const char* p, in_t* kind) noexcept nogil:
+    """One element at byte address p, widened to double (kind only selects the type)."""
+    if in_t is half_t:
+        return fn_half_to_double((<const half_t*>p)[0])
+    else:
+        return (<const in_t*>p)[0]
+
+
+cdef inline void sstore(char* p, double v, out_t* kind) noexcept nogil:
+    """Narrow v to out_t and store it at byte address p."""
+    if out_t is half_t:
+        (<half_t*>p)[0] = fn_double_to_half(v)
+    else:
+        (<out_t*>p)[0] = <out_t>v
+
+
+cdef inline fn_vd vload(const char* p, Py_ssize_t stride, in_t* kind) noexcept nogil:
+    """FN_W elements starting at p, `stride` bytes apart, widened to doubles.
+
+    The contiguous case is one vector load; the compiler unswitches loops on
+    the (loop-invariant) test, so strided data costs only its own loop.
+    """
+    cdef double tmp[8]
+    cdef int i
+    if stride == sizeof(in_t):
+        if in_t is half_t:
+            return fn_load_f16(<const half_t*>p)
+        elif in_t is float:
+            return fn_load_f32(<const float*>p)
+        else:
+            return fn_load_f64(<const double*>p)
+    for i in range(FN_W):
+        tmp[i] = sload(p + i * stride, kind)
+    return fn_load_f64(tmp)
+
+
+cdef inline void vstore(char* p, Py_ssize_t stride, fn_vd v, out_t* kind) noexcept nogil:
+    """Narrow FN_W doubles to out_t and store them `stride` bytes apart."""
+    cdef double tmp[8]
+    cdef int i
+    if stride == sizeof(out_t):
+        if out_t is half_t:
+            fn_store_f16(<half_t*>p, v)
+        elif out_t is float:
+            fn_store_f32(<float*>p, v)
+        else:
+            fn_store_f64(<double*>p, v)
+        return
+    fn_store_f64(tmp, v)
+    for i in range(FN_W):
+        sstore(p + i * stride, tmp[i], kind)
+
+
+cdef inline fn_vd vparam(const char* p, Py_ssize_t stride) noexcept nogil:
+    """FN_W float64 parameters (gamma, beta, per-column statistics): a
+    broadcast value (stride 0), a contiguous run, or a strided one."""
+    cdef double tmp[8]
+    cdef int i
+    if stride == 0:
+        return fn_set1((<const double*>p)[0])
+    if stride == sizeof(double):
+        return fn_load_f64(<const double*>p)
+    for i in range(FN_W):
+        tmp[i] = (<const double*>(p + i * stride))[0]
+    return fn_load_f64(tmp)

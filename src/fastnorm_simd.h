@@ -1,0 +1,231 @@
+/*
+ * fastnorm_simd.h -- the few vector primitives the Cython kernels are written in.
+ *
+ * Every kernel accumulates and computes in double.  A vector `fn_vd` holds
+ * FN_W doubles; its width follows the instruction set this translation unit
+ * is compiled for (the build compiles the same Cython source once per level:
+ * baseline SSE2, x86-64-v3 = AVX2/FMA/F16C, x86-64-v4 = AVX-512), so the
+ * algorithms are written once and only these primitives know the hardware.
+ *
+ * Loads widen float16/float32/float64 to double, stores narrow back with
+ * round-to-nearest-even.  float16 is handled as its IEEE bit pattern
+ * (`fn_half`, a uint16) so that no compiler support for _Float16 is needed.
+ */
+#ifndef FASTNORM_SIMD_H
+#define FASTNORM_SIMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#include <immintrin.h>
+#define FN_X86 1
+#else
+#define FN_X86 0
+#endif
+
+#if defined(__AVX512F__)
+#define FN_VBYTES 64
+#elif defined(__AVX__)
+#define FN_VBYTES 32
+#else
+#define FN_VBYTES 16
+#endif
+#define FN_W (FN_VBYTES / 8)
+/* Independent vector accumulators per Welford run: enough to hide the
+ * latency of the sub -> fma chain of one update. */
+#define FN_NV 8
+
+#ifndef FN_VARIANT_NAME
+#define FN_VARIANT_NAME "baseline"
+#endif
+
+typedef uint16_t fn_half;
+
+/* ------------------------------------------------------------------ */
+/* OpenMP shim: the kernels also build (serially) without OpenMP.       */
+#ifdef _OPENMP
+#include <omp.h>
+#define FN_OPENMP 1
+#else
+#define FN_OPENMP 0
+static inline int omp_get_max_threads(void) { return 1; }
+static inline int omp_get_num_procs(void) { return 1; }
+#endif
+
+#if defined(__clang__)
+#define FN_COMPILER "clang " __clang_version__
+#elif defined(__GNUC__)
+#define FN_COMPILER "gcc " __VERSION__
+#elif defined(_MSC_VER)
+#define FN_COMPILER "msvc"
+#else
+#define FN_COMPILER "unknown"
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Scalar float16 <-> float conversions (exact, round-to-nearest-even). */
+static inline float fn_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t fn_float_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static inline double fn_half_to_double(fn_half h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f) /* inf or nan */
+        return (double)fn_bits_to_float(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) { /* zero or subnormal: man * 2^-24 is exact */
+        double v = (double)man * (1.0 / 16777216.0);
+        return sign ? -v : v;
+    }
+    return (double)fn_bits_to_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+static inline fn_half fn_float_to_half(float f)
+{
+    uint32_t u = fn_float_to_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) /* inf or nan (keep nan quiet) */
+        return (fn_half)(sign | 0x7c00u | (a > 0x7f800000u ? (0x200u | ((a >> 13) & 0x3ffu)) : 0u));
+    if (a >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+        return (fn_half)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (a < 0x33000000u) /* < 2^-25: rounds to zero */
+            return (fn_half)sign;
+        uint32_t e = a >> 23;
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e; /* 14..24 */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u)))
+            r += 1u;
+        return (fn_half)(sign | r);
+    }
+    /* normal: rebias the exponent and round the mantissa to 10 bits */
+    uint32_t r = a - 0x38000000u; /* exponent 127 -> 15 */
+    uint32_t low = r & 0x1fffu;
+    r >>= 13;
+    if (low > 0x1000u || (low == 0x1000u && (r & 1u)))
+        r += 1u;
+    return (fn_half)(sign | r);
+}
+
+static inline fn_half fn_double_to_half(double v) { return fn_float_to_half((float)v); }
+
+/* ------------------------------------------------------------------ */
+/* The vector type.                                                      */
+#if defined(__GNUC__) || defined(__clang__)
+typedef double fn_vd __attribute__((vector_size(FN_VBYTES)));
+typedef float fn_vf __attribute__((vector_size(FN_VBYTES / 2)));
+
+static inline fn_vd fn_set1(double a) { fn_vd v = {0}; return v + a; }
+static inline fn_vd fn_add(fn_vd a, fn_vd b) { return a + b; }
+static inline fn_vd fn_sub(fn_vd a, fn_vd b) { return a - b; }
+static inline fn_vd fn_mul(fn_vd a, fn_vd b) { return a * b; }
+static inline fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c) { return a * b + c; }
+static inline double fn_lane(fn_vd a, int i) { return a[i]; }
+static inline fn_vd fn_load_f64(const double *p) { fn_vd v; memcpy(&v, p, sizeof v); return v; }
+static inline void fn_store_f64(double *p, fn_vd v) { memcpy(p, &v, sizeof v); }
+
+static inline fn_vd fn_load_f32(const float *p)
+{
+#if defined(__AVX512F__)
+    return (fn_vd)_mm512_cvtps_pd(_mm256_loadu_ps(p));
+#elif defined(__AVX__)
+    return (fn_vd)_mm256_cvtps_pd(_mm_loadu_ps(p));
+#else
+    fn_vf t; memcpy(&t, p, sizeof t); return __builtin_convertvector(t, fn_vd);
+#endif
+}
+
+static inline void fn_store_f32(float *p, fn_vd v)
+{
+#if defined(__AVX512F__)
+    _mm256_storeu_ps(p, _mm512_cvtpd_ps((__m512d)v));
+#elif defined(__AVX__)
+    _mm_storeu_ps(p, _mm256_cvtpd_ps((__m256d)v));
+#else
+    fn_vf t = __builtin_convertvector(v, fn_vf); memcpy(p, &t, sizeof t);
+#endif
+}
+
+static inline fn_vd fn_load_f16(const fn_half *p)
+{
+#if defined(__AVX512F__)
+    return (fn_vd)_mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
+#elif defined(__AVX__) && defined(__F16C__)
+    return (fn_vd)_mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p)));
+#else
+    fn_vd v;
+    for (int i = 0; i < FN_W; i++) v[i] = fn_half_to_double(p[i]);
+    return v;
+#endif
+}
+
+static inline void fn_store_f16(fn_half *p, fn_vd v)
+{
+#if defined(__AVX512F__)
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(_mm512_cvtpd_ps((__m512d)v), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__AVX__) && defined(__F16C__)
+    _mm_storel_epi64((__m128i *)p, _mm_cvtps_ph(_mm256_cvtpd_ps((__m256d)v), _MM_FROUND_TO_NEAREST_INT));
+#else
+    for (int i = 0; i < FN_W; i++) p[i] = fn_double_to_half(v[i]);
+#endif
+}
+
+#else /* portable fallback: a struct of doubles, for compilers without vector extensions */
+typedef struct { double v[FN_W]; } fn_vd;
+static inline fn_vd fn_set1(double a) { fn_vd r; for (int i = 0; i < FN_W; i++) r.v[i] = a; return r; }
+static inline fn_vd fn_add(fn_vd a, fn_vd b) { for (int i = 0; i < FN_W; i++) a.v[i] += b.v[i]; return a; }
+static inline fn_vd fn_sub(fn_vd a, fn_vd b) { for (int i = 0; i < FN_W; i++) a.v[i] -= b.v[i]; return a; }
+static inline fn_vd fn_mul(fn_vd a, fn_vd b) { for (int i = 0; i < FN_W; i++) a.v[i] *= b.v[i]; return a; }
+static inline fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c) { for (int i = 0; i < FN_W; i++) c.v[i] += a.v[i] * b.v[i]; return c; }
+static inline double fn_lane(fn_vd a, int i) { return a.v[i]; }
+static inline fn_vd fn_load_f64(const double *p) { fn_vd r; memcpy(r.v, p, sizeof r.v); return r; }
+static inline void fn_store_f64(double *p, fn_vd v) { memcpy(p, v.v, sizeof v.v); }
+static inline fn_vd fn_load_f32(const float *p) { fn_vd r; for (int i = 0; i < FN_W; i++) r.v[i] = p[i]; return r; }
+static inline void fn_store_f32(float *p, fn_vd v) { for (int i = 0; i < FN_W; i++) p[i] = (float)v.v[i]; }
+static inline fn_vd fn_load_f16(const fn_half *p) { fn_vd r; for (int i = 0; i < FN_W; i++) r.v[i] = fn_half_to_double(p[i]); return r; }
+static inline void fn_store_f16(fn_half *p, fn_vd v) { for (int i = 0; i < FN_W; i++) p[i] = fn_double_to_half(v.v[i]); }
+#endif
+
+static inline fn_vd fn_zero(void) { return fn_set1(0.0); }
+
+static inline double fn_hsum(fn_vd a)
+{
+    double s = 0.0;
+    for (int i = 0; i < FN_W; i++) s += fn_lane(a, i);
+    return s;
+}
+
+/* ------------------------------------------------------------------ */
+/* Runtime CPU detection, used by the baseline module to pick a level.  */
+static inline int fn_cpu_has_x86_64_v3(void)
+{
+#if FN_X86 && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+static inline int fn_cpu_has_x86_64_v4(void)
+{
+#if FN_X86 && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return fn_cpu_has_x86_64_v3() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+#endif /* FASTNORM_SIMD_H */
