@@ -1,1 +1,21 @@
+"""fastnorm: normalization for NumPy at the speed of memory.
+
+Exact single-pass statistics (Welford within blocks, Chan et al.'s merge
+across blocks and threads) and fused normalization kernels over any axes of
+any strided array: ``mean_var``, ``layer_norm``, ``rms_norm``,
+``batch_norm``.  ``show_config()`` says how this installation was built.
+"""
 from ._version import __version__
+from ._api import batch_norm, layer_norm, mean_var, rms_norm
+from ._config import get_num_threads, set_num_threads, show_config
+
+__all__ = [
+    "__version__",
+    "mean_var",
+    "layer_norm",
+    "rms_norm",
+    "batch_norm",
+    "get_num_threads",
+    "set_num_threads",
+    "show_config",
+]

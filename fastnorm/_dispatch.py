@@ -1,46 +1,58 @@
 """Pick the kernel module built for the best instruction set this CPU has.
 
-The same Cython source is compiled once per level; ``FASTNORM_SIMD``
-(``baseline``, ``avx2`` or ``avx512``) caps the choice, e.g. to test a lower
-level on a machine that has a higher one.
+The same Cython source is compiled once per level.  ``FASTNORM_SIMD``
+(``baseline``, ``avx2`` or ``avx512``) caps the choice at import, e.g. to
+run a lower level on a machine that has a higher one; ``use(level)`` does the
+same at run time (tests run every level this way).
 """
+import contextlib
 import os
 from importlib import import_module
+from importlib.util import find_spec
 
-# Best first; each name is a module fastnorm._kernels_<name>.
+# Best first; each is a module fastnorm._kernels_<level>.
 LEVELS = ("avx512", "avx2", "baseline")
 _REQUIRES = {"avx512": "x86-64-v4", "avx2": "x86-64-v3", "baseline": None}
 
 
+def built_levels():
+    """The levels compiled into this installation."""
+    return [lv for lv in LEVELS if find_spec(f"fastnorm._kernels_{lv}") is not None]
+
+
 def available_levels():
-    """The levels that are both built into this wheel and supported here."""
-    base = import_module("fastnorm._kernels_baseline")
-    features = base.cpu_features()
-    found = []
-    for level in LEVELS:
-        need = _REQUIRES[level]
-        if need is not None and not features.get(need, False):
-            continue
-        try:
-            import_module(f"fastnorm._kernels_{level}")
-        except ImportError:
-            continue
-        found.append(level)
-    return found
+    """The built levels this CPU supports, best first."""
+    features = import_module("fastnorm._kernels_baseline").cpu_features()
+    return [lv for lv in built_levels()
+            if _REQUIRES[lv] is None or features.get(_REQUIRES[lv], False)]
 
 
 def load(level=None):
-    """The kernel module for `level`, or the best available one."""
+    """The kernel module for `level`, or for the best available level (capped
+    by FASTNORM_SIMD when it is set)."""
     levels = available_levels()
     if level is None:
-        level = os.environ.get("FASTNORM_SIMD", "").strip().lower() or levels[0]
-        if level not in LEVELS:
-            raise ImportError(
-                f"FASTNORM_SIMD={level!r} is not one of {', '.join(LEVELS)}")
-        # A requested level caps the choice; fall back below it if needed.
-        level = next((lv for lv in LEVELS[LEVELS.index(level):] if lv in levels),
-                     "baseline")
+        cap = os.environ.get("FASTNORM_SIMD", "").strip().lower()
+        if cap and cap not in LEVELS:
+            raise ImportError(f"FASTNORM_SIMD={cap!r} is not one of {', '.join(LEVELS)}")
+        start = LEVELS.index(cap) if cap else 0
+        level = next(lv for lv in LEVELS[start:] if lv in levels)
     elif level not in levels:
         raise ValueError(f"SIMD level {level!r} is not available here "
                          f"(available: {', '.join(levels)})")
     return import_module(f"fastnorm._kernels_{level}")
+
+
+kernels = load()
+
+
+@contextlib.contextmanager
+def use(level):
+    """Run the enclosed calls on the kernels of `level` (process-wide)."""
+    global kernels
+    previous = kernels
+    kernels = load(level)
+    try:
+        yield kernels
+    finally:
+        kernels = previous

@@ -60,38 +60,41 @@ cdef struct Coef:
 
 
 cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
-                        double* s0, double* s1) noexcept nogil:
-    """Turn a slice's moments into its statistics (written to s0, s1) and
-    the coefficients that normalize it."""
+                        const Layout* L, Py_ssize_t off) noexcept nogil:
+    """Turn a slice's moments into its statistics (written to the stat
+    arrays at byte offset off) and the coefficients that normalize it."""
     cdef Coef c
     cdef double var = m.m2 / m.n, mean = pivot + m.mean, ms
     c.pivot = pivot
     c.shift = m.mean
     c.scale = 1.0
     if mode == MODE_STATS:
-        s0[0] = mean
-        s1[0] = m.m2
+        (<double*>(L.stat[0] + off))[0] = mean
+        (<double*>(L.stat[1] + off))[0] = m.m2
     elif mode == MODE_CENTER:
         c.scale = 1.0 / sqrt(var + eps)
         if var != var:
             mean = NAN
-        s0[0] = mean
-        s1[0] = c.scale
+        (<double*>(L.stat[0] + off))[0] = mean
+        (<double*>(L.stat[1] + off))[0] = c.scale
+        if L.stat[2] != NULL:
+            (<double*>(L.stat[2] + off))[0] = var
     else:  # MODE_RMS: mean(x**2) = var + mean**2, a sum of non-negatives
         ms = var + mean * mean
         c.pivot = 0.0
         c.shift = 0.0
         c.scale = 1.0 / sqrt(ms + eps)
-        s0[0] = ms
-        s1[0] = c.scale
+        (<double*>(L.stat[0] + off))[0] = ms
+        (<double*>(L.stat[1] + off))[0] = c.scale
     return c
 
 
-cdef inline Coef given(const double* s0, const double* s1) noexcept nogil:
+cdef inline Coef given(const Layout* L, Py_ssize_t off) noexcept nogil:
+    """A slice normalized with statistics the caller gives (mean, rstd)."""
     cdef Coef c
     c.pivot = 0.0
-    c.shift = s0[0]
-    c.scale = s1[0]
+    c.shift = (<const double*>(L.stat[0] + off))[0]
+    c.scale = (<const double*>(L.stat[1] + off))[0]
     return c
 
 
@@ -168,8 +171,7 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
     cdef double pivot
     odo_init(&s, L.kept, L.n_kept, si)
     if p.mode == MODE_GIVEN:
-        c = given(<const double*>(L.base[OP_S] + s.off[OP_S]),
-                  <const double*>(L.base_s1 + s.off[OP_S]))
+        c = given(L, s.off[OP_S])
     else:
         pivot = slice_pivot(p, &s, ki)
         odo_init(&r, L.red, L.n_red - 1, 0)
@@ -178,8 +180,7 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
                 m = block_moments(p, &s, &r, b, pivot, ki)
                 moments_merge(&acc, &m)
             odo_next(&r, L.red, L.n_red - 1)
-        c = finish(acc, pivot, p.mode, p.eps,
-                   <double*>(L.base[OP_S] + s.off[OP_S]), <double*>(L.base_s1 + s.off[OP_S]))
+        c = finish(acc, pivot, p.mode, p.eps, L, s.off[OP_S])
     if p.has_y:
         odo_init(&r, L.red, L.n_red - 1, 0)
         for ri in range(p.n_runs):
@@ -259,15 +260,12 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     for si in range(L.n_slices):
         odo_init(&s, L.kept, L.n_kept, si)
         if mode == MODE_GIVEN:
-            p.coefs[si] = given(<const double*>(L.base[OP_S] + s.off[OP_S]),
-                                <const double*>(L.base_s1 + s.off[OP_S]))
+            p.coefs[si] = given(L, s.off[OP_S])
             continue
         acc = moments_empty()
         for i in range(si * per_slice, (si + 1) * per_slice):
             moments_merge(&acc, &p.blocks[i])
-        p.coefs[si] = finish(acc, p.coefs[si].pivot, mode, eps,
-                             <double*>(L.base[OP_S] + s.off[OP_S]),
-                             <double*>(L.base_s1 + s.off[OP_S]))
+        p.coefs[si] = finish(acc, p.coefs[si].pivot, mode, eps, L, s.off[OP_S])
     if has_y:
         for i in prange(n_items, num_threads=nthreads, schedule="static"):
             slice_item_normalize(&p, i, ki, ko)
@@ -381,14 +379,12 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     cdef double na, nb, f, d
     cdef Moments m
     cdef Coef co
-    cdef char* s0
-    cdef char* s1
+    cdef Py_ssize_t off
     tile_of(p, group, &t)
-    s0 = p.L.base[OP_S] + t.outer.off[OP_S] + t.c0 * sS
-    s1 = p.L.base_s1 + t.outer.off[OP_S] + t.c0 * sS
+    off = t.outer.off[OP_S] + t.c0 * sS
     if p.mode == MODE_GIVEN:
         for c in range(t.width):
-            co = given(<const double*>(s0 + c * sS), <const double*>(s1 + c * sS))
+            co = given(p.L, off + c * sS)
             t.pivot[c] = co.pivot
             t.shift[c] = co.shift
             t.scale[c] = co.scale
@@ -408,7 +404,7 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     for c in range(t.width):
         m.mean = first[c]
         m.m2 = first[COL_TILE + c]
-        co = finish(m, t.pivot[c], p.mode, p.eps, <double*>(s0 + c * sS), <double*>(s1 + c * sS))
+        co = finish(m, t.pivot[c], p.mode, p.eps, p.L, off + c * sS)
         t.pivot[c] = co.pivot
         t.shift[c] = co.shift
         t.scale[c] = co.scale
@@ -538,12 +534,13 @@ cdef int type_code(cnp.ndarray a) except -1:
     raise TypeError(f"kernel got dtype {a.dtype}")
 
 
-def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
+def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
               tuple reduced, int mode, double eps, int nthreads):
     """Run one call: x (float16/32/64, aligned, native byte order); y an
     output of x's shape or None; gamma, beta float64 arrays of x.ndim
     dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
-    keepdims layout (outputs, or inputs for mode 'given'); reduced a tuple of
+    keepdims layout (outputs, or inputs for mode 'given'), and s2 a third
+    one for the variance (mode 'center') or None; reduced a tuple of
     bools, one per axis of x.  Nothing is copied."""
     cdef Layout L
     cdef int rc, in_code = type_code(x), out_code = in_code
@@ -551,7 +548,7 @@ def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
     cdef double one_zero[2]
     if has_y:
         out_code = type_code(y)
-    make_layout(&L, x, (y, gamma, beta, s0, s1), reduced)
+    make_layout(&L, x, (y, gamma, beta, s0, s1, s2), reduced)
     # Absent parameters read as a broadcast 1 (gamma) and 0 (beta).
     if gamma is None:
         L.base[OP_G] = <char*>&ONE
@@ -574,7 +571,7 @@ def layout_pattern(cnp.ndarray x, tuple reduced):
     """'columns' or 'slices': the access pattern a call on x would take
     (for tests and benchmarks)."""
     cdef Layout L
-    make_layout(&L, x, (None, None, None, None, None), reduced)
+    make_layout(&L, x, (None, None, None, None, None, None), reduced)
     return "columns" if L.columns else "slices"
 
 

@@ -35,7 +35,8 @@ cdef struct Axis:
 
 cdef struct Layout:
     char* base[N_OPS]
-    char* base_s1              # the second statistics array
+    char* stat[3]              # per-slice statistics arrays sharing the
+                               # OP_S strides (base[OP_S] == stat[0]); NULL if absent
     int n_kept
     int n_red
     bint columns               # pattern: COLUMNS if true, else SLICES
@@ -98,9 +99,9 @@ cdef inline bint _chains(const Axis* outer, const Axis* inner) noexcept:
 
 
 cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) except -1:
-    """Fill L for x and ops = (y, gamma, beta, s0, s1), any of them None.
-
-    Every operand but x has x.ndim dimensions, each equal to x's or 1."""
+    """Fill L for x and ops = (y, gamma, beta, s0, s1, s2), any of them None
+    but s0.  Every operand but x has x.ndim dimensions, each equal to x's
+    or 1; s1 and s2 have the strides of s0."""
     cdef Axis dims[MAX_DIMS]
     cdef bint red[MAX_DIMS]
     cdef Axis tmp_axis
@@ -113,7 +114,9 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
     for k in range(1, N_OPS):
         o = ops[k - 1]
         L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
-    L.base_s1 = NULL if ops[4] is None else <char*>cnp.PyArray_DATA(ops[4])
+    for k in range(3):
+        o = ops[3 + k]
+        L.stat[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
 
     for ax in range(nd):
         size = x.shape[ax]
@@ -138,9 +141,12 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
             for k in range(N_OPS):
                 if L.base[k] != NULL:
                     L.base[k] += (dims[i].size - 1) * dims[i].stride[k]
-                if k == OP_S and L.base_s1 != NULL:
-                    L.base_s1 += (dims[i].size - 1) * dims[i].stride[k]
+                if k == OP_S:
+                    for j in range(1, 3):
+                        if L.stat[j] != NULL:
+                            L.stat[j] += (dims[i].size - 1) * dims[i].stride[k]
                 dims[i].stride[k] = -dims[i].stride[k]
+    L.stat[0] = L.base[OP_S]
 
     # Stable insertion sort, outermost first.
     for i in range(1, n):

@@ -1,0 +1,353 @@
+"""The public functions: argument layer -> one kernel call -> results."""
+import math
+import warnings
+
+import numpy as np
+
+from . import _dispatch
+from ._args import (as_input, axes_tuple, check_eps, check_out, detach,
+                    keepdims_shape, param, reduced_mask, result_dtypes,
+                    running_stat, split_out, warn_empty, writable_target)
+from ._config import get_num_threads
+
+__all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
+
+
+def _kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
+                  given=None, want_var=False):
+    """Run the kernel once; return its per-slice float64 statistics in
+    keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
+    'center', (mean of squares, rstd) for 'rms', the given pair for 'given'."""
+    shape = keepdims_shape(x.shape, axes)
+    if given is not None:
+        s0, s1 = given
+    else:
+        s0, s1 = np.empty(shape), np.empty(shape)
+    s2 = np.empty(shape) if want_var else None
+    if x.size == 0:
+        # Nothing to read; a slice with no values has undefined statistics.
+        if given is None and math.prod(shape) > 0:
+            warn_empty()
+            for s in (s0, s1, s2):
+                if s is not None:
+                    s.fill(np.nan)
+        return s0, s1, s2
+    k = _dispatch.kernels
+    k.normalize(x, y, gamma, beta, s0, s1, s2, reduced_mask(axes, x.ndim),
+                k.MODES[mode], eps, get_num_threads())
+    return s0, s1, s2
+
+
+def _deliver(stat, dtype, out, name):
+    """A float64 statistic as the caller asked for it: cast to dtype, into
+    out when given."""
+    if out is None:
+        return stat.astype(dtype, copy=False)
+    check_out(out, name, stat.shape, dtype)
+    np.copyto(out, stat, casting="unsafe")
+    return out
+
+
+def _normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
+               given=None, want_var=False):
+    """Shared body of the normalizers: y plus the statistics in the dtype
+    the caller gets them in (n_stats of them are delivered through out)."""
+    out_dtype, stat_dtype = result_dtypes(x.dtype, dtype)
+    outs = split_out(out, 1 + n_stats)
+    if outs[0] is not None:
+        check_out(outs[0], "out", x.shape, out_dtype)
+    y, final = writable_target(outs[0], x, out_dtype)
+    gamma, beta = detach(gamma, y), detach(beta, y)
+    stats = _kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,
+                          given=given, want_var=want_var)
+    if final is not None:
+        np.copyto(final, y)
+        y = final
+    return y, stats, stat_dtype, outs[1:]
+
+
+def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
+    """Mean and variance in one pass.
+
+    Welford updates within blocks, merged across blocks and threads with Chan
+    et al.'s formula, all in float64 and shifted by a value of each slice, so
+    data with a large common offset (``1e6 + noise`` in float32) keeps its
+    digits where ``E[x**2] - E[x]**2`` would lose them.
+
+    Parameters
+    ----------
+    x : array_like
+        Real numbers; integers and bool are converted to float64.
+    axis : None, int or tuple of ints, optional
+        Axes to reduce over; ``None`` (default) reduces over all axes.
+    ddof : int, optional
+        The variance divides by ``n - ddof`` (default 0), as in ``np.var``.
+    keepdims : bool, optional
+        Keep the reduced axes with size 1.
+    dtype : dtype, optional
+        Result dtype (float16, float32 or float64); default as ``np.mean``:
+        x's float dtype, float64 for integers.  Accumulation is always float64.
+    out : tuple of two ndarrays, optional
+        Arrays for (mean, var), of the result's shape and dtype.
+
+    Returns
+    -------
+    mean, var : ndarray or scalar
+        Shapes and dtypes as ``np.mean`` / ``np.var`` with the same
+        arguments.  An empty reduction gives NaN with a RuntimeWarning.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.arange(12.0).reshape(3, 4)
+    >>> m, v = fastnorm.mean_var(x, axis=1)
+    >>> m
+    array([1.5, 5.5, 9.5])
+    >>> v
+    array([1.25, 1.25, 1.25])
+    """
+    x = as_input(x)
+    axes = axes_tuple(axis, x.ndim)
+    res_dtype, _ = result_dtypes(x.dtype, dtype)
+    shape = keepdims_shape(x.shape, axes)
+    if not keepdims:
+        shape = tuple(s for i, s in enumerate(x.shape) if i not in axes)
+    if out is not None:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError("out must be a tuple of two arrays (mean, var)")
+        for o, name in zip(out, ("out[0]", "out[1]")):
+            if o is not None:
+                check_out(o, name, shape, res_dtype)
+    else:
+        out = (None, None)
+    n = math.prod(x.shape[i] for i in axes)
+    s0, m2, _ = _kernel_stats(x, axes, "stats")
+    if n - ddof <= 0 and x.size > 0:
+        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = m2 / max(n - ddof, 0)
+    results = []
+    for stat, o in zip((s0, var), out):
+        stat = stat.reshape(shape)
+        if o is None:
+            r = stat.astype(res_dtype, copy=False)
+            results.append(r[()] if r.ndim == 0 else r)
+        else:
+            np.copyto(o, stat, casting="unsafe")
+            results.append(o)
+    return tuple(results)
+
+
+def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
+               dtype=None, return_stats=False):
+    """Layer normalization: ``(x - mean) * rstd * gamma + beta``.
+
+    Statistics (mean and biased variance) are taken over ``axis`` for each
+    index of the other axes; the normalization, gain and bias are applied
+    in the same pass, while the slice is still in cache.
+
+    Parameters
+    ----------
+    x : array_like
+        Input, any layout; it is never copied (integers and bool are
+        converted to float64).
+    gamma, beta : array_like, optional
+        Gain and bias, of the normalized shape ``x.shape[axis]`` or with
+        ``x.ndim`` dimensions that broadcast to x (keepdims layout).
+        Converted to float64.  Default: 1 and 0.
+    axis : int or tuple of ints, optional
+        The normalized (reduced) axes; default -1.  ``None`` means all.
+    eps : float, optional
+        Added to the variance; ``rstd = 1 / sqrt(var + eps)``.
+    out : ndarray or tuple, optional
+        Output of x's shape and the result dtype (``out=x`` works in place);
+        with ``return_stats`` a tuple ``(y, mean, rstd)`` (entries may be None).
+    dtype : dtype, optional
+        Output dtype (float16, float32 or float64); default x's float dtype.
+    return_stats : bool, optional
+        Also return ``mean`` and ``rstd`` in keepdims layout, float32 for
+        float16/float32 results and float64 for float64.
+
+    Returns
+    -------
+    y : ndarray
+        Or ``(y, mean, rstd)`` with ``return_stats=True``.  A slice that holds
+        a NaN or inf gives NaN there; a constant slice gives ``beta``.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.array([[1.0, 2.0, 3.0], [10.0, 10.0, 40.0]])
+    >>> fastnorm.layer_norm(x, eps=0.0).round(4)
+    array([[-1.2247,  0.    ,  1.2247],
+           [-0.7071, -0.7071,  1.4142]])
+    """
+    x = as_input(x)
+    axes = axes_tuple(axis, x.ndim)
+    eps = check_eps(eps)
+    gamma = param(gamma, "gamma", x.shape, axes)
+    beta = param(beta, "beta", x.shape, axes)
+    y, (mean, rstd, _), sdt, outs = _normalize(
+        x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
+        n_stats=2 if return_stats else 0)
+    if not return_stats:
+        return y
+    return y, _deliver(mean, sdt, outs[0], "out[1]"), _deliver(rstd, sdt, outs[1], "out[2]")
+
+
+def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
+             return_stats=False):
+    """RMS normalization: ``x * rstd * gamma`` with ``rstd = 1/sqrt(mean(x**2) + eps)``.
+
+    Parameters
+    ----------
+    x : array_like
+        Input, any layout.
+    gamma : array_like, optional
+        Gain of the normalized shape ``x.shape[axis]`` (or keepdims layout).
+    axis : int or tuple of ints, optional
+        Axes of the mean of squares; default -1.  ``None`` means all.
+    eps : float, optional
+        Added to the mean of squares.
+    out : ndarray or tuple, optional
+        Output of x's shape and the result dtype; with ``return_stats`` a
+        tuple ``(y, rstd)``.
+    dtype : dtype, optional
+        Output dtype; default x's float dtype.
+    return_stats : bool, optional
+        Also return ``rstd`` in keepdims layout (float32 for float16/float32
+        results, float64 for float64).
+
+    Returns
+    -------
+    y : ndarray
+        Or ``(y, rstd)`` with ``return_stats=True``.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
+    array([0.8485, 1.1314])
+    """
+    x = as_input(x)
+    axes = axes_tuple(axis, x.ndim)
+    eps = check_eps(eps)
+    gamma = param(gamma, "gamma", x.shape, axes)
+    y, (_, rstd, _), sdt, outs = _normalize(
+        x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
+        n_stats=1 if return_stats else 0)
+    if not return_stats:
+        return y
+    return y, _deliver(rstd, sdt, outs[0], "out[1]")
+
+
+def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
+               training=True, momentum=0.1, eps=1e-5, axis=None, out=None,
+               dtype=None, return_stats=False):
+    """Batch normalization, training (batch statistics) or eval (running ones).
+
+    Parameters
+    ----------
+    x : array_like
+        Input of shape ``(N, C, *)`` by default.
+    gamma, beta : array_like, optional
+        Per-feature gain and bias, of the kept shape (``(C,)`` by default) or
+        keepdims layout (``(1, C, 1, 1)``).
+    running_mean, running_var : ndarray, optional
+        Running statistics of the kept shape (or keepdims layout).  With
+        ``training=True`` they are updated **in place** (both or neither):
+        ``r_mean = (1 - momentum) * r_mean + momentum * mean`` and
+        ``r_var = (1 - momentum) * r_var + momentum * var * n / (n - 1)``,
+        n the number of values per feature (PyTorch's convention).  With
+        ``training=False`` they are required and used to normalize.
+    training : bool, optional
+        Normalize with the batch mean and biased variance (default), or with
+        the running statistics in one pass that computes no statistics.
+    momentum : float, optional
+        Weight of the new batch in the running statistics (default 0.1).
+    eps : float, optional
+        Added to the variance.
+    axis : int or tuple of ints, optional
+        Reduced axes; default every axis but 1.  Use ``axis=(0, 1, 2)`` for
+        channels-last NHWC, ``axis=0`` for (N, C).
+    out : ndarray or tuple, optional
+        Output of x's shape and the result dtype (``out=x`` works); with
+        ``return_stats`` a tuple ``(y, mean, rstd)``.
+    dtype : dtype, optional
+        Output dtype; default x's float dtype.
+    return_stats : bool, optional
+        Also return the ``mean`` and ``rstd`` used, in keepdims layout.
+
+    Returns
+    -------
+    y : ndarray
+        Or ``(y, mean, rstd)`` with ``return_stats=True``.
+
+    Raises
+    ------
+    ValueError
+        Training with one value per feature (n == 1), eval without running
+        statistics, or parameters of the wrong shape.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.array([[1.0, 10.0], [3.0, 30.0]])
+    >>> rm, rv = np.zeros(2), np.ones(2)
+    >>> fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0, eps=0.0)
+    array([[-1., -1.],
+           [ 1.,  1.]])
+    >>> rm, rv
+    (array([0.2, 2. ]), array([ 1.1, 20.9]))
+    """
+    x = as_input(x)
+    if axis is None:
+        if x.ndim < 2:
+            raise ValueError(f"batch_norm with axis=None expects x of shape (N, C, ...), "
+                             f"got {x.ndim} dimension(s); pass axis= explicitly")
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+    else:
+        axes = axes_tuple(axis, x.ndim)
+    kept = tuple(i for i in range(x.ndim) if i not in axes)
+    eps = check_eps(eps)
+    gamma = param(gamma, "gamma", x.shape, kept)
+    beta = param(beta, "beta", x.shape, kept)
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var go together: give both or neither")
+    n_stats = 2 if return_stats else 0
+
+    if not training:
+        if running_mean is None:
+            raise ValueError("batch_norm with training=False needs running_mean and running_var")
+        mean = np.ascontiguousarray(param(running_mean, "running_mean", x.shape, kept))
+        var = param(running_var, "running_var", x.shape, kept)
+        with np.errstate(invalid="ignore"):
+            rstd = np.ascontiguousarray(1.0 / np.sqrt(var + eps))
+        y, (mean, rstd, _), sdt, outs = _normalize(
+            x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
+            n_stats=n_stats, given=(mean, rstd))
+    else:
+        n = math.prod(x.shape[i] for i in axes)
+        if n <= 1:
+            raise ValueError(f"batch_norm training needs more than one value per feature, "
+                             f"got n={n} (x.shape={x.shape}, reduced axes {axes})")
+        try:
+            momentum = float(momentum)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"momentum must be a real number, got {momentum!r}") from e
+        if not math.isfinite(momentum):
+            raise ValueError(f"momentum must be finite, got {momentum}")
+        if running_mean is not None:
+            rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
+            rv_view = running_stat(running_var, "running_var", x.shape, kept)
+        y, (mean, rstd, var), sdt, outs = _normalize(
+            x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
+            n_stats=n_stats, want_var=running_mean is not None)
+        if running_mean is not None:
+            new_mean = (1.0 - momentum) * rm_view + momentum * mean
+            new_var = (1.0 - momentum) * rv_view + momentum * var * (n / (n - 1))
+            np.copyto(rm_view, new_mean, casting="unsafe")
+            np.copyto(rv_view, new_var, casting="unsafe")
+    if not return_stats:
+        return y
+    return y, _deliver(mean, sdt, outs[0], "out[1]"), _deliver(rstd, sdt, outs[1], "out[2]")

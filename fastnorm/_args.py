@@ -1,0 +1,188 @@
+"""Argument handling shared by every public function: one place for the
+dtype rules, axis conventions, parameter shapes, ``out=`` checks and the
+errors that name what is wrong."""
+import math
+import operator
+import warnings
+
+import numpy as np
+from numpy.exceptions import AxisError
+
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_F64 = np.dtype(np.float64)
+_F32 = np.dtype(np.float32)
+
+
+def as_input(x, name="x"):
+    """x as an ndarray the kernels can read without copying when possible.
+
+    float16/32/64 arrays are used as they are (any strides).  Integer and
+    bool arrays are converted to float64, as ``np.mean`` does; that, and
+    non-native byte order or misaligned data, costs one copy.  Other dtypes
+    raise TypeError.
+    """
+    a = np.asarray(x)
+    dt = a.dtype
+    if dt.kind in "iub":
+        return a.astype(np.float64)
+    if dt.kind != "f":
+        raise TypeError(f"{name} has dtype {dt}; fastnorm needs real numbers "
+                        "(float16, float32, float64, integers or bool)")
+    if dt.newbyteorder("=") not in FLOAT_DTYPES:
+        raise TypeError(f"{name} has dtype {dt}; fastnorm computes in float16, "
+                        "float32 or float64 (convert it first)")
+    if not dt.isnative or not a.flags.aligned:
+        a = np.array(a, dtype=dt.newbyteorder("="), order="K")
+    return a
+
+
+def result_dtypes(x_dtype, dtype):
+    """(output dtype, statistics dtype) for input dtype x_dtype and the
+    user's dtype= (None: x's own float dtype, float64 for integers)."""
+    if dtype is None:
+        out = x_dtype if x_dtype in FLOAT_DTYPES else _F64
+    else:
+        try:
+            out = np.dtype(dtype)
+        except TypeError as e:
+            raise TypeError(f"dtype={dtype!r} is not a NumPy dtype") from e
+        if out not in FLOAT_DTYPES:
+            raise TypeError(f"dtype={out} is not supported; use float16, "
+                            "float32 or float64")
+    return out, (_F64 if out == _F64 else _F32)
+
+
+def axes_tuple(axis, ndim, *, none_means=None):
+    """axis (int, tuple of ints or None) as a sorted tuple of non-negative
+    axes.  Out of range raises numpy's AxisError, repeats ValueError, and
+    anything that is not an integer TypeError, as NumPy does."""
+    if axis is None:
+        return tuple(range(ndim)) if none_means is None else none_means
+    if isinstance(axis, (tuple, list)):
+        items = list(axis)
+    else:
+        items = [axis]
+    out = []
+    for ax in items:
+        i = operator.index(ax)
+        if not -ndim <= i < ndim:
+            raise AxisError(i, ndim)
+        out.append(i % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"repeated axis in axis={axis!r}")
+    return tuple(sorted(out))
+
+
+def reduced_mask(axes, ndim):
+    return tuple(i in axes for i in range(ndim))
+
+
+def keepdims_shape(shape, axes):
+    """shape with the reduced axes set to 1 (the statistics' layout)."""
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+def check_eps(eps):
+    try:
+        e = float(eps)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"eps must be a real number, got {eps!r}") from err
+    if not (math.isfinite(e) and e >= 0.0):
+        raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
+    return e
+
+
+def param(value, name, x_shape, along):
+    """A parameter (gamma, beta, running statistics) as float64 in keepdims
+    layout: x.ndim dimensions, x's size along the axes in `along`, 1 elsewhere.
+
+    Accepted: exactly the named shape (x's sizes along `along`, in order) or
+    x.ndim dimensions that broadcast to x and vary only along `along`.
+    """
+    if value is None:
+        return None
+    a = np.asarray(value)
+    if a.dtype.kind not in "fiub":
+        raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
+    named = tuple(x_shape[i] for i in along)
+    keep = tuple(x_shape[i] if i in along else 1 for i in range(len(x_shape)))
+    if a.shape == named:
+        a = a.reshape(keep)
+    elif not (a.ndim == len(x_shape) and all(
+            s == 1 or (i in along and s == x_shape[i]) for i, s in enumerate(a.shape))):
+        raise ValueError(f"{name} has shape {a.shape}; expected {named} or "
+                         f"{keep} (keepdims layout) for x of shape {tuple(x_shape)}")
+    return np.require(a, dtype=np.float64, requirements="A")
+
+
+def running_stat(value, name, x_shape, along):
+    """A running statistic that batch_norm updates in place: a writable
+    float ndarray of the kept shape or keepdims layout."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray (it is updated in place), "
+                        f"got {type(value).__name__}")
+    if value.dtype not in FLOAT_DTYPES and value.dtype.newbyteorder("=") not in FLOAT_DTYPES:
+        raise TypeError(f"{name} has dtype {value.dtype}; it must be a float array")
+    if not value.flags.writeable:
+        raise ValueError(f"{name} is read-only; batch_norm updates it in place")
+    param(value, name, x_shape, along)  # shape check
+    named = tuple(x_shape[i] for i in along)
+    keep = tuple(x_shape[i] if i in along else 1 for i in range(len(x_shape)))
+    return value.reshape(keep) if value.shape == named else value
+
+
+def check_out(out, name, shape, dtype):
+    """out= for one result: an ndarray of exactly this shape and dtype."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{name} has shape {out.shape}; expected {tuple(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{name} has dtype {out.dtype}; expected {dtype}")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return out
+
+
+def split_out(out, n_results):
+    """out= as a tuple of n_results entries (None where not given).  A bare
+    array is the first result; a tuple holds the first result alone or all."""
+    if out is None:
+        return (None,) * n_results
+    if isinstance(out, tuple):
+        if len(out) == n_results or len(out) == 1:
+            return tuple(out) + (None,) * (n_results - len(out))
+        raise ValueError(f"out must be an array or a tuple of 1 or {n_results} "
+                         f"entries, got a tuple of {len(out)}")
+    return (out,) + (None,) * (n_results - 1)
+
+
+def writable_target(out, x, dtype):
+    """The array the kernel writes into and the array the caller gets.
+
+    The kernel writes straight into `out` unless out overlaps x other than
+    exactly (in place with the same layout is fine) or cannot be written
+    directly (non-native byte order, misaligned); then it writes into a
+    fresh array that is copied into out afterwards.
+    """
+    if out is None:
+        return np.empty_like(x, dtype=dtype), None
+    direct = out.dtype.isnative and out.flags.aligned
+    if direct and np.may_share_memory(out, x):
+        direct = (out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
+                  and out.strides == x.strides and out.dtype.itemsize == x.dtype.itemsize)
+    if direct:
+        return out, None
+    return np.empty_like(x, dtype=dtype.newbyteorder("=")), out
+
+
+def detach(p, out):
+    """A parameter that shares memory with the output is copied first, so
+    that writing the output cannot change it mid-call."""
+    if p is not None and out is not None and np.may_share_memory(p, out):
+        return p.copy()
+    return p
+
+
+def warn_empty(what="Mean of empty slice"):
+    warnings.warn(what, RuntimeWarning, stacklevel=4)

@@ -1,0 +1,94 @@
+"""Threads and build configuration."""
+import operator
+import platform
+import threading
+
+import numpy as np
+
+from . import _dispatch
+from ._version import __version__
+
+_lock = threading.Lock()
+_num_threads = None  # None: follow OpenMP (OMP_NUM_THREADS, threadpoolctl)
+
+
+def get_num_threads() -> int:
+    """Number of threads the next call may use.
+
+    Unless set_num_threads was called, this is OpenMP's default team size for
+    the calling thread, which honours ``OMP_NUM_THREADS`` and
+    ``threadpoolctl.threadpool_limits``.  Small inputs run on one thread
+    whatever this says.
+    """
+    n = _num_threads
+    if n is None:
+        n = _dispatch.kernels.max_threads()
+    return max(1, int(n))
+
+
+def set_num_threads(n) -> None:
+    """Use at most n threads in every later call (n >= 1); ``None`` goes
+    back to following OpenMP.  Results do not depend on the thread count:
+    they are bitwise identical for any n.  Safe to call while other threads
+    are computing (a call in flight keeps the count it started with)."""
+    global _num_threads
+    if n is not None:
+        try:
+            n = operator.index(n)
+        except TypeError as e:
+            raise TypeError(f"set_num_threads needs an int or None, got {n!r}") from e
+        if n < 1:
+            raise ValueError(f"set_num_threads needs n >= 1, got {n}")
+    with _lock:
+        _num_threads = n
+
+
+def config() -> dict:
+    """The facts show_config prints, as a dict."""
+    k = _dispatch.kernels
+    info = k.build_info()
+    runtime = None
+    try:
+        from threadpoolctl import threadpool_info
+        for lib in threadpool_info():
+            if lib.get("user_api") == "openmp":
+                runtime = f"{lib.get('prefix')} ({lib.get('filepath')})"
+                break
+    except Exception:  # threadpoolctl is optional
+        runtime = None
+    return {
+        "version": __version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "compiler": info["compiler"],
+        "openmp": info["openmp"],
+        "openmp_runtime": runtime,
+        "threads": get_num_threads(),
+        "threads_source": "set_num_threads" if _num_threads is not None else "OpenMP default",
+        "simd": info["variant"],
+        "simd_built": _dispatch.built_levels(),
+        "simd_available": _dispatch.available_levels(),
+        "vector_bits": info["vector_bits"],
+        "welford_lanes": info["welford_lanes"],
+    }
+
+
+def show_config() -> None:
+    """Print version, compiler, OpenMP runtime, threads and SIMD path."""
+    c = config()
+    if c["openmp"]:
+        omp = "yes" + (f", runtime {c['openmp_runtime']}" if c["openmp_runtime"] else "")
+    else:
+        omp = "no (built without OpenMP: kernels run serially)"
+    lines = [
+        f"fastnorm {c['version']}",
+        f"  numpy:    {c['numpy']}  (python {c['python']}, {c['machine']})",
+        f"  compiler: {c['compiler']}",
+        f"  OpenMP:   {omp}",
+        f"  threads:  {c['threads']} ({c['threads_source']})",
+        f"  SIMD:     {c['simd']} ({c['vector_bits']}-bit vectors, "
+        f"{c['welford_lanes']} Welford lanes); built: {', '.join(c['simd_built'])}; "
+        f"usable here: {', '.join(c['simd_available'])}",
+    ]
+    print("\n".join(lines))
