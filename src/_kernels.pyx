@@ -42,14 +42,16 @@ cdef enum:
     ROW_BLOCK_MIN = 64
     # ...and blocks times tiles at most this many (bounds the scratch memory).
     MAX_COL_ITEMS = 256
+    # The COLUMNS pattern prefetches the row this many rows ahead.
+    PREFETCH_ROWS = 4
+    # ...and SLICES prefetch this much of the next slice while normalizing one.
+    PREFETCH_BYTES = 16384
+    # Outputs of at least this many bytes are written with non-temporal stores.
+    STREAM_MIN_BYTES = 8 << 20
     # Below this many elements a call runs on one thread.
     PARALLEL_MIN = 1 << 15
 
 MODES = {"stats": MODE_STATS, "center": MODE_CENTER, "rms": MODE_RMS, "given": MODE_GIVEN}
-
-cdef double ONE = 1.0
-cdef double ZERO = 0.0
-
 
 cdef struct Coef:
     # How one slice (or column) is normalized:
@@ -98,22 +100,85 @@ cdef inline Coef given(const Layout* L, Py_ssize_t off) noexcept nogil:
     return c
 
 
-cdef inline void normalize_run(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
-                               const char* gp, Py_ssize_t sg, const char* bp, Py_ssize_t sb,
-                               Py_ssize_t n, Coef c, in_t* ki, out_t* ko) noexcept nogil:
-    """y = ((x - pivot) - shift) * scale * g + b along one run of n values."""
+cdef struct Param:
+    # A gain or bias along a run, read as whole vectors with no branch: either
+    # contiguous float64 (inc = 1) or one value repeated (inc = 0, pointing
+    # at FN_W copies of it).
+    const double* p
+    Py_ssize_t inc
+    double copies[8]
+
+
+cdef inline bint param_init(Param* q, const char* p, Py_ssize_t stride) noexcept nogil:
+    """Set q up for a parameter at p with this byte stride; false if the
+    stride is neither 0 nor one float64 (then the caller takes the scalar path)."""
+    cdef int i
+    if stride == sizeof(double):
+        q.p = <const double*>p
+        q.inc = 1
+        return True
+    if stride == 0:
+        for i in range(FN_W):
+            q.copies[i] = (<const double*>p)[0]
+        q.p = q.copies
+        q.inc = 0
+        return True
+    return False
+
+
+cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, const Param* b,
+                                  Py_ssize_t n, Coef c, bint stream,
+                                  in_t* ki, out_t* ko) noexcept nogil:
+    """y = ((x - pivot) - shift) * scale * g + b along n contiguous values;
+    with `stream`, aligned vectors of y bypass the cache."""
     cdef fn_vd piv = fn_set1(c.pivot), sh = fn_set1(c.shift), sc = fn_set1(c.scale), t
-    cdef Py_ssize_t i = 0
-    cdef double ts
+    cdef const in_t* x = <const in_t*>xp
+    cdef out_t* y = <out_t*>yp
+    cdef Py_ssize_t i = 0, head = 0
+    if stream:
+        # Values up to the first vector-aligned address of y go the scalar way.
+        head = (<size_t>y // sizeof(out_t)) % FN_W
+        head = min(n, 0 if head == 0 else FN_W - head)
+    while i < head:
+        sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
+               * g.p[i * g.inc] + b.p[i * b.inc], ko)
+        i = i + 1
     while i + FN_W <= n:
-        t = fn_mul(fn_sub(fn_sub(vload(xp + i * sx, sx, ki), piv), sh), sc)
-        vstore(yp + i * sy, sy, fn_fma(t, vparam(gp + i * sg, sg), vparam(bp + i * sb, sb)), ko)
+        t = fn_mul(fn_sub(fn_sub(vload(<const char*>(x + i), sizeof(in_t), ki), piv), sh), sc)
+        t = fn_fma(t, fn_load_f64(g.p + i * g.inc), fn_load_f64(b.p + i * b.inc))
+        if stream:
+            vstream(y + i, t)
+        else:
+            vstore(<char*>(y + i), sizeof(out_t), t, ko)
         i = i + FN_W
     while i < n:
-        ts = ((sload(xp + i * sx, ki) - c.pivot) - c.shift) * c.scale
-        sstore(yp + i * sy,
-               ts * (<const double*>(gp + i * sg))[0] + (<const double*>(bp + i * sb))[0], ko)
+        sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
+               * g.p[i * g.inc] + b.p[i * b.inc], ko)
         i = i + 1
+
+
+cdef inline void normalize_scalar(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
+                                  const char* gp, Py_ssize_t sg, const char* bp, Py_ssize_t sb,
+                                  Py_ssize_t n, Coef c, in_t* ki, out_t* ko) noexcept nogil:
+    """The same for any strides, one value at a time."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        sstore(yp + i * sy, ((sload(xp + i * sx, ki) - c.pivot) - c.shift) * c.scale
+               * (<const double*>(gp + i * sg))[0] + (<const double*>(bp + i * sb))[0], ko)
+
+
+cdef inline void normalize_run(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
+                               const char* gp, Py_ssize_t sg, const char* bp, Py_ssize_t sb,
+                               Py_ssize_t n, Coef c, bint stream, in_t* ki, out_t* ko) noexcept nogil:
+    cdef Param g, b
+    if (sx == sizeof(in_t) and sy == sizeof(out_t)
+            and param_init(&g, gp, sg) and param_init(&b, bp, sb)):
+        if stream:
+            normalize_vector(xp, yp, &g, &b, n, c, True, ki, ko)
+        else:
+            normalize_vector(xp, yp, &g, &b, n, c, False, ki, ko)
+    else:
+        normalize_scalar(xp, sx, yp, sy, gp, sg, bp, sb, n, c, ki, ko)
 
 
 # ---------------------------------------------------------------------------
@@ -157,7 +222,18 @@ cdef inline void normalize_block(const SlicePlan* p, const Odometer* s, const Od
                   <char*>run_start(p, s, r, OP_Y) + start * inner.stride[OP_Y], inner.stride[OP_Y],
                   run_start(p, s, r, OP_G) + start * inner.stride[OP_G], inner.stride[OP_G],
                   run_start(p, s, r, OP_B) + start * inner.stride[OP_B], inner.stride[OP_B],
-                  n, c, ki, ko)
+                  n, c, p.L.stream, ki, ko)
+
+
+cdef inline void prefetch_slice(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
+    """Start loading the head of slice si, so that its reads overlap the
+    writes of the slice being normalized (up to PREFETCH_BYTES of it)."""
+    cdef Odometer s
+    cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
+    cdef Py_ssize_t nbytes = min(<Py_ssize_t>PREFETCH_BYTES, p.run_len * inner.stride[OP_X]), off
+    odo_init(&s, p.L.kept, p.L.n_kept, si)
+    for off in range(0, nbytes, 64):
+        fn_prefetch(p.L.base[OP_X] + s.off[OP_X] + off)
 
 
 cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) noexcept nogil:
@@ -182,10 +258,13 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
             odo_next(&r, L.red, L.n_red - 1)
         c = finish(acc, pivot, p.mode, p.eps, L, s.off[OP_S])
     if p.has_y:
+        if si + 1 < L.n_slices:
+            prefetch_slice(p, si + 1)
         odo_init(&r, L.red, L.n_red - 1, 0)
         for ri in range(p.n_runs):
             normalize_block(p, &s, &r, 0, p.run_len, c, ki, ko)
             odo_next(&r, L.red, L.n_red - 1)
+        fn_sfence()
 
 
 cdef void slice_item_stats(const SlicePlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
@@ -208,6 +287,7 @@ cdef void slice_item_normalize(const SlicePlan* p, Py_ssize_t item, in_t* ki, ou
     odo_init(&r, p.L.red, p.L.n_red - 1, rest // p.n_chunks)
     normalize_block(p, &s, &r, start, min(<Py_ssize_t>CHUNK, p.run_len - start),
                     p.coefs[si], ki, ko)
+    fn_sfence()
 
 
 cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
@@ -333,7 +413,7 @@ cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcep
 
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
     cdef Tile t
-    cdef Odometer row
+    cdef Odometer row, ahead
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
     cdef Py_ssize_t r0 = blk * p.rows_per_block
     cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, c
@@ -341,24 +421,30 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
     cdef double* mean = p.state + item * 2 * COL_TILE
     cdef double* m2 = mean + COL_TILE
     cdef const char* xp
-    cdef fn_vd r, mu, q
+    cdef const char* xa
+    cdef fn_vd r, mu, v, dv
     cdef double y, d, rs
     tile_of(p, group, &t)
     for c in range(t.width):
         mean[c] = 0.0
         m2[c] = 0.0
     odo_init(&row, p.L.red, p.L.n_red, r0)
+    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     for k in range(nr):
         xp = col_ptr(p, &t, &row, OP_X)
+        xa = col_ptr(p, &t, &ahead, OP_X)
+        for c in range(0, t.width * sx, 64):
+            fn_prefetch(xa + c)
         rs = 1.0 / <double>(k + 1)
         r = fn_set1(rs)
         c = 0
         while c + FN_W <= t.width:
+            v = fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.pivot + c))
             mu = fn_load_f64(mean + c)
-            q = fn_load_f64(m2 + c)
-            welford_step(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.pivot + c)), r, &mu, &q)
+            dv = fn_sub(v, mu)
+            mu = fn_fma(dv, r, mu)
             fn_store_f64(mean + c, mu)
-            fn_store_f64(m2 + c, q)
+            fn_store_f64(m2 + c, fn_fma(dv, fn_sub(v, mu), fn_load_f64(m2 + c)))
             c = c + FN_W
         while c < t.width:
             y = sload(xp + c * sx, ki) - t.pivot[c]
@@ -367,6 +453,7 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
             m2[c] = m2[c] + d * (y - mean[c])
             c = c + 1
         odo_next(&row, p.L.red, p.L.n_red)
+        odo_next(&ahead, p.L.red, p.L.n_red)
 
 
 cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
@@ -410,9 +497,43 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
         t.scale[c] = co.scale
 
 
+cdef inline void normalize_columns(const char* xp, char* yp, const Param* g, const Param* b,
+                                   const Tile* t, bint stream, in_t* ki, out_t* ko) noexcept nogil:
+    """One contiguous row of a tile, each column with its own coefficients."""
+    cdef const in_t* x = <const in_t*>xp
+    cdef out_t* y = <out_t*>yp
+    cdef fn_vd v
+    cdef Py_ssize_t c = 0, head = 0
+    if stream:
+        head = (<size_t>y // sizeof(out_t)) % FN_W
+        head = min(t.width, 0 if head == 0 else FN_W - head)
+    while c < head:
+        column_scalar(x, y, g, b, t, c, ki, ko)
+        c = c + 1
+    while c + FN_W <= t.width:
+        v = fn_sub(fn_sub(vload(<const char*>(x + c), sizeof(in_t), ki), fn_load_f64(t.pivot + c)),
+                   fn_load_f64(t.shift + c))
+        v = fn_fma(fn_mul(v, fn_load_f64(t.scale + c)), fn_load_f64(g.p + c * g.inc),
+                   fn_load_f64(b.p + c * b.inc))
+        if stream:
+            vstream(y + c, v)
+        else:
+            vstore(<char*>(y + c), sizeof(out_t), v, ko)
+        c = c + FN_W
+    while c < t.width:
+        column_scalar(x, y, g, b, t, c, ki, ko)
+        c = c + 1
+
+
+cdef inline void column_scalar(const in_t* x, out_t* y, const Param* g, const Param* b,
+                               const Tile* t, Py_ssize_t c, in_t* ki, out_t* ko) noexcept nogil:
+    sstore(<char*>(y + c), ((sload(<const char*>(x + c), ki) - t.pivot[c]) - t.shift[c])
+           * t.scale[c] * g.p[c * g.inc] + b.p[c * b.inc], ko)
+
+
 cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
     cdef Tile t
-    cdef Odometer row
+    cdef Odometer row, ahead
     cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
     cdef Py_ssize_t r0 = blk * p.rows_per_block
@@ -420,31 +541,37 @@ cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
     cdef Py_ssize_t sx = vec.stride[OP_X], sy = vec.stride[OP_Y]
     cdef Py_ssize_t sg = vec.stride[OP_G], sb = vec.stride[OP_B]
     cdef const char* xp
+    cdef const char* xa
     cdef char* yp
     cdef const char* gp
     cdef const char* bp
-    cdef fn_vd v
+    cdef Param g, b
     cdef double ts
     tile_of(p, group, &t)
     odo_init(&row, p.L.red, p.L.n_red, r0)
+    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     for k in range(nr):
         xp = col_ptr(p, &t, &row, OP_X)
+        xa = col_ptr(p, &t, &ahead, OP_X)
         yp = <char*>col_ptr(p, &t, &row, OP_Y)
         gp = col_ptr(p, &t, &row, OP_G)
         bp = col_ptr(p, &t, &row, OP_B)
-        c = 0
-        while c + FN_W <= t.width:
-            v = fn_sub(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.pivot + c)),
-                       fn_load_f64(t.shift + c))
-            v = fn_mul(v, fn_load_f64(t.scale + c))
-            vstore(yp + c * sy, sy, fn_fma(v, vparam(gp + c * sg, sg), vparam(bp + c * sb, sb)), ko)
-            c = c + FN_W
-        while c < t.width:
-            ts = ((sload(xp + c * sx, ki) - t.pivot[c]) - t.shift[c]) * t.scale[c]
-            sstore(yp + c * sy,
-                   ts * (<const double*>(gp + c * sg))[0] + (<const double*>(bp + c * sb))[0], ko)
-            c = c + 1
+        for c in range(0, t.width * sx, 64):
+            fn_prefetch(xa + c)
+        if (sx == sizeof(in_t) and sy == sizeof(out_t)
+                and param_init(&g, gp, sg) and param_init(&b, bp, sb)):
+            if p.L.stream:
+                normalize_columns(xp, yp, &g, &b, &t, True, ki, ko)
+            else:
+                normalize_columns(xp, yp, &g, &b, &t, False, ki, ko)
+        else:
+            for c in range(t.width):
+                ts = ((sload(xp + c * sx, ki) - t.pivot[c]) - t.shift[c]) * t.scale[c]
+                sstore(yp + c * sy, ts * (<const double*>(gp + c * sg))[0]
+                       + (<const double*>(bp + c * sb))[0], ko)
         odo_next(&row, p.L.red, p.L.n_red)
+        odo_next(&ahead, p.L.red, p.L.n_red)
+    fn_sfence()
 
 
 cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
@@ -551,11 +678,13 @@ def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
     make_layout(&L, x, (y, gamma, beta, s0, s1, s2), reduced)
     # Absent parameters read as a broadcast 1 (gamma) and 0 (beta).
     if gamma is None:
-        L.base[OP_G] = <char*>&ONE
+        L.base[OP_G] = <char*>&fn_one
     if beta is None:
-        L.base[OP_B] = <char*>&ZERO
+        L.base[OP_B] = <char*>&fn_zero_value
     if L.n_slices * L.slice_len < PARALLEL_MIN:
         nthreads = 1
+    # Outputs far larger than the caches are written around them.
+    L.stream = has_y and y.nbytes >= STREAM_MIN_BYTES
     with nogil:
         if in_code == 0:
             rc = execute_in(&L, mode, eps, has_y, nthreads, out_code, <half_t*>NULL)

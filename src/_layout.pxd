@@ -40,6 +40,7 @@ cdef struct Layout:
     int n_kept
     int n_red
     bint columns               # pattern: COLUMNS if true, else SLICES
+    bint stream                # write the output with non-temporal stores
     Py_ssize_t n_slices        # product of the kept sizes
     Py_ssize_t slice_len       # product of the reduced sizes
     Axis kept[MAX_DIMS]        # outer -> inner
@@ -111,6 +112,7 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
     cdef cnp.ndarray op
     cdef object o
     L.base[OP_X] = <char*>cnp.PyArray_DATA(x)
+    L.stream = False
     for k in range(1, N_OPS):
         o = ops[k - 1]
         L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)

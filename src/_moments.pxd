@@ -44,30 +44,61 @@ cdef inline void moments_merge(Moments* a, const Moments* b) noexcept nogil:
     a.n = n
 
 
-cdef inline void welford_step(fn_vd y, fn_vd r, fn_vd* mean, fn_vd* m2) noexcept nogil:
-    """One Welford update of every lane of (mean, m2) by y; r = 1 / count."""
-    cdef fn_vd d = fn_sub(y, mean[0])
-    mean[0] = fn_fma(d, r, mean[0])
-    m2[0] = fn_fma(d, fn_sub(y, mean[0]), m2[0])
+cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t steps,
+                               double pivot, in_t* kind) noexcept nogil:
+    """FN_NV * FN_W Welford lanes over steps * FN_NV * FN_W values of x - pivot.
 
-
-cdef inline Moments lanes_to_moments(const fn_vd* mean, const fn_vd* m2, int nvec,
-                                     double steps) noexcept nogil:
-    """Merge nvec * FN_W lanes that each saw `steps` values (equal counts, so
-    Chan's formula reduces to mean of means plus the spread of the means)."""
-    cdef Moments out
-    cdef fn_vd acc = mean[0], q = m2[0], dev = fn_zero(), d, mu
+    Everything lives in this one function so that the lane accumulators stay
+    in registers (an address passed to a call would pin them to the stack).
+    """
+    cdef fn_vd mean[FN_NV]
+    cdef fn_vd m2[FN_NV]
+    cdef fn_vd piv = fn_set1(pivot), r, y, d, acc, q, dev
+    cdef Py_ssize_t j, lanes = FN_NV * FN_W
     cdef int v
-    for v in range(1, nvec):
+    cdef Moments out
+    for v in range(FN_NV):
+        mean[v] = fn_zero()
+        m2[v] = fn_zero()
+    for j in range(steps):
+        r = fn_set1(1.0 / <double>(j + 1))
+        for v in range(FN_NV):
+            y = fn_sub(vload(x + (j * lanes + v * FN_W) * stride, stride, kind), piv)
+            d = fn_sub(y, mean[v])
+            mean[v] = fn_fma(d, r, mean[v])
+            m2[v] = fn_fma(d, fn_sub(y, mean[v]), m2[v])
+    # Merge lanes of equal count: the mean of the means, and the lanes' M2
+    # plus the spread of their means (Chan's formula with equal weights).
+    acc = mean[0]
+    q = m2[0]
+    for v in range(1, FN_NV):
         acc = fn_add(acc, mean[v])
         q = fn_add(q, m2[v])
-    out.n = steps * nvec * FN_W
-    out.mean = fn_hsum(acc) / (nvec * FN_W)
-    mu = fn_set1(out.mean)
-    for v in range(nvec):
-        d = fn_sub(mean[v], mu)
+    out.n = <double>(steps * lanes)
+    out.mean = fn_hsum(acc) / lanes
+    dev = fn_zero()
+    for v in range(FN_NV):
+        d = fn_sub(mean[v], fn_set1(out.mean))
         dev = fn_fma(d, d, dev)
-    out.m2 = fn_hsum(q) + steps * fn_hsum(dev)
+    out.m2 = fn_hsum(q) + <double>steps * fn_hsum(dev)
+    return out
+
+
+cdef inline Moments lanes_one(const char* x, Py_ssize_t stride, Py_ssize_t steps,
+                              double pivot, in_t* kind) noexcept nogil:
+    """The same with one vector of FN_W lanes (for what the bulk leaves)."""
+    cdef fn_vd mean = fn_zero(), m2 = fn_zero(), piv = fn_set1(pivot), y, d
+    cdef Py_ssize_t j
+    cdef Moments out
+    for j in range(steps):
+        y = fn_sub(vload(x + j * FN_W * stride, stride, kind), piv)
+        d = fn_sub(y, mean)
+        mean = fn_fma(d, fn_set1(1.0 / <double>(j + 1)), mean)
+        m2 = fn_fma(d, fn_sub(y, mean), m2)
+    out.n = <double>(steps * FN_W)
+    out.mean = fn_hsum(mean) / FN_W
+    d = fn_sub(mean, fn_set1(out.mean))
+    out.m2 = fn_hsum(m2) + <double>steps * fn_hsum(fn_mul(d, d))
     return out
 
 
@@ -80,34 +111,20 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
     Welford for the last < FN_W values.
     """
     cdef Moments acc = moments_empty(), part
-    cdef fn_vd mean[FN_NV]
-    cdef fn_vd m2[FN_NV]
-    cdef fn_vd piv = fn_set1(pivot), r
-    cdef Py_ssize_t lanes = FN_NV * FN_W
-    cdef Py_ssize_t steps = n // lanes, j, i = 0
-    cdef int v
+    cdef Py_ssize_t lanes = FN_NV * FN_W, i, steps
     cdef double y, d
+    steps = n // lanes
     if steps > 0:
-        for v in range(FN_NV):
-            mean[v] = fn_zero()
-            m2[v] = fn_zero()
-        for j in range(steps):
-            r = fn_set1(1.0 / <double>(j + 1))
-            for v in range(FN_NV):
-                welford_step(fn_sub(vload(x + (i + v * FN_W) * stride, stride, kind), piv),
-                             r, &mean[v], &m2[v])
-            i = i + lanes
-        acc = lanes_to_moments(mean, m2, FN_NV, <double>steps)
+        if stride == sizeof(in_t):
+            acc = lanes_bulk(x, sizeof(in_t), steps, pivot, kind)
+        else:
+            acc = lanes_bulk(x, stride, steps, pivot, kind)
+    i = steps * lanes
     steps = (n - i) // FN_W
     if steps > 0:
-        mean[0] = fn_zero()
-        m2[0] = fn_zero()
-        for j in range(steps):
-            welford_step(fn_sub(vload(x + i * stride, stride, kind), piv),
-                         fn_set1(1.0 / <double>(j + 1)), &mean[0], &m2[0])
-            i = i + FN_W
-        part = lanes_to_moments(mean, m2, 1, <double>steps)
+        part = lanes_one(x + i * stride, stride, steps, pivot, kind)
         moments_merge(&acc, &part)
+        i = i + steps * FN_W
     if i < n:
         part = moments_empty()
         while i < n:

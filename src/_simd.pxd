@@ -11,6 +11,8 @@ cdef extern from "fastnorm_simd.h" nogil:
     const int FN_OPENMP
     const char* FN_COMPILER
     const char* FN_VARIANT_NAME
+    const double fn_one
+    const double fn_zero_value
 
     fn_vd fn_set1(double a)
     fn_vd fn_zero()
@@ -20,6 +22,7 @@ cdef extern from "fastnorm_simd.h" nogil:
     fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c)
     double fn_hsum(fn_vd a)
     double fn_lane(fn_vd a, int i)
+    void fn_prefetch(const void* p)
 
     fn_vd fn_load_f16(const half_t* p)
     fn_vd fn_load_f32(const float* p)
@@ -27,6 +30,10 @@ cdef extern from "fastnorm_simd.h" nogil:
     void fn_store_f16(half_t* p, fn_vd v)
     void fn_store_f32(float* p, fn_vd v)
     void fn_store_f64(double* p, fn_vd v)
+    void fn_stream_f16(half_t* p, fn_vd v)
+    void fn_stream_f32(float* p, fn_vd v)
+    void fn_stream_f64(double* p, fn_vd v)
+    void fn_sfence()
 
     double fn_half_to_double(half_t h)
     half_t fn_double_to_half(double v)
@@ -100,6 +107,16 @@ cdef inline void vstore(char* p, Py_ssize_t stride, fn_vd v, out_t* kind) noexce
     fn_store_f64(tmp, v)
     for i in range(FN_W):
         sstore(p + i * stride, tmp[i], kind)
+
+
+cdef inline void vstream(out_t* p, fn_vd v) noexcept nogil:
+    """Non-temporal store of FN_W contiguous values; p aligned to a vector of out_t."""
+    if out_t is half_t:
+        fn_stream_f16(p, v)
+    elif out_t is float:
+        fn_stream_f32(p, v)
+    else:
+        fn_stream_f64(p, v)
 
 
 cdef inline fn_vd vparam(const char* p, Py_ssize_t stride) noexcept nogil:

@@ -44,6 +44,10 @@
 
 typedef uint16_t fn_half;
 
+/* Gain and bias of calls that have none. */
+static const double fn_one = 1.0;
+static const double fn_zero_value = 0.0;
+
 /* ------------------------------------------------------------------ */
 /* OpenMP shim: the kernels also build (serially) without OpenMP.       */
 #ifdef _OPENMP
@@ -178,6 +182,56 @@ static inline void fn_store_f16(fn_half *p, fn_vd v)
 #endif
 }
 
+/* Non-temporal stores: write a whole vector without reading its cache line
+ * first (no read-for-ownership), for outputs too large to stay in cache.  p
+ * must be aligned to FN_W * sizeof(element); call fn_sfence() after the last. */
+static inline void fn_stream_f64(double *p, fn_vd v)
+{
+#if defined(__AVX512F__)
+    _mm512_stream_pd(p, (__m512d)v);
+#elif defined(__AVX__)
+    _mm256_stream_pd(p, (__m256d)v);
+#elif defined(__SSE2__)
+    _mm_stream_pd(p, (__m128d)v);
+#else
+    fn_store_f64(p, v);
+#endif
+}
+
+static inline void fn_stream_f32(float *p, fn_vd v)
+{
+#if defined(__AVX512F__)
+    _mm256_stream_ps(p, _mm512_cvtpd_ps((__m512d)v));
+#elif defined(__AVX__)
+    _mm_stream_ps(p, _mm256_cvtpd_ps((__m256d)v));
+#elif defined(__SSE2__) && defined(__x86_64__)
+    fn_vf t = __builtin_convertvector(v, fn_vf);
+    long long bits; memcpy(&bits, &t, 8);
+    _mm_stream_si64((long long *)p, bits);
+#else
+    fn_store_f32(p, v);
+#endif
+}
+
+static inline void fn_stream_f16(fn_half *p, fn_vd v)
+{
+#if defined(__AVX512F__)
+    _mm_stream_si128((__m128i *)p, _mm256_cvtps_ph(_mm512_cvtpd_ps((__m512d)v), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__AVX__) && defined(__F16C__) && defined(__x86_64__)
+    __m128i h = _mm_cvtps_ph(_mm256_cvtpd_ps((__m256d)v), _MM_FROUND_TO_NEAREST_INT);
+    _mm_stream_si64((long long *)p, _mm_cvtsi128_si64(h));
+#else
+    fn_store_f16(p, v);
+#endif
+}
+
+static inline void fn_sfence(void)
+{
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+
 #else /* portable fallback: a struct of doubles, for compilers without vector extensions */
 typedef struct { double v[FN_W]; } fn_vd;
 static inline fn_vd fn_set1(double a) { fn_vd r; for (int i = 0; i < FN_W; i++) r.v[i] = a; return r; }
@@ -192,9 +246,24 @@ static inline fn_vd fn_load_f32(const float *p) { fn_vd r; for (int i = 0; i < F
 static inline void fn_store_f32(float *p, fn_vd v) { for (int i = 0; i < FN_W; i++) p[i] = (float)v.v[i]; }
 static inline fn_vd fn_load_f16(const fn_half *p) { fn_vd r; for (int i = 0; i < FN_W; i++) r.v[i] = fn_half_to_double(p[i]); return r; }
 static inline void fn_store_f16(fn_half *p, fn_vd v) { for (int i = 0; i < FN_W; i++) p[i] = fn_double_to_half(v.v[i]); }
+static inline void fn_stream_f64(double *p, fn_vd v) { fn_store_f64(p, v); }
+static inline void fn_stream_f32(float *p, fn_vd v) { fn_store_f32(p, v); }
+static inline void fn_stream_f16(fn_half *p, fn_vd v) { fn_store_f16(p, v); }
+static inline void fn_sfence(void) {}
 #endif
 
 static inline fn_vd fn_zero(void) { return fn_set1(0.0); }
+
+/* Ask for the cache line at p ahead of its use (rows of the COLUMNS pattern
+ * are short segments far apart, which hardware prefetchers do not follow). */
+static inline void fn_prefetch(const void *p)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p, 0, 3);
+#else
+    (void)p;
+#endif
+}
 
 static inline double fn_hsum(fn_vd a)
 {
