@@ -312,7 +312,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     if nthreads <= 1 or L.n_slices >= 2 * nthreads:
         # Enough slices for every thread: each takes whole slices.
         if nthreads > 1:
-            for i in prange(L.n_slices, num_threads=nthreads, schedule="static"):
+            for i in prange(L.n_slices, num_threads=nthreads, schedule="guided"):
                 slice_whole(&p, i, ki, ko)
         else:
             for i in range(L.n_slices):
@@ -335,7 +335,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
         for si in range(L.n_slices):
             odo_init(&s, L.kept, L.n_kept, si)
             p.coefs[si].pivot = slice_pivot(&p, &s, ki)
-        for i in prange(n_items, num_threads=nthreads, schedule="static"):
+        for i in prange(n_items, num_threads=nthreads, schedule="guided"):
             slice_item_stats(&p, i, ki)
     for si in range(L.n_slices):
         odo_init(&s, L.kept, L.n_kept, si)
@@ -347,7 +347,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
             moments_merge(&acc, &p.blocks[i])
         p.coefs[si] = finish(acc, p.coefs[si].pivot, mode, eps, L, s.off[OP_S])
     if has_y:
-        for i in prange(n_items, num_threads=nthreads, schedule="static"):
+        for i in prange(n_items, num_threads=nthreads, schedule="guided"):
             slice_item_normalize(&p, i, ki, ko)
     free(p.blocks)
     free(p.coefs)
@@ -606,14 +606,14 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
             return -1
     if nthreads > 1:
         if mode != MODE_GIVEN:
-            for i in prange(p.n_groups, num_threads=nthreads, schedule="static"):
+            for i in prange(p.n_groups, num_threads=nthreads, schedule="guided"):
                 column_pivots(&p, i, ki)
-            for i in prange(n_items, num_threads=nthreads, schedule="static"):
+            for i in prange(n_items, num_threads=nthreads, schedule="guided"):
                 column_block_stats(&p, i, ki)
-        for i in prange(p.n_groups, num_threads=nthreads, schedule="static"):
+        for i in prange(p.n_groups, num_threads=nthreads, schedule="guided"):
             column_finish(&p, i)
         if has_y:
-            for i in prange(n_items, num_threads=nthreads, schedule="static"):
+            for i in prange(n_items, num_threads=nthreads, schedule="guided"):
                 column_block_normalize(&p, i, ki, ko)
     else:
         if mode != MODE_GIVEN:
