@@ -38,6 +38,12 @@ cdef enum:
     # Columns per tile of the COLUMNS pattern: the tile's accumulators
     # (2 x 512 doubles) stay in L1 while the rows stream by.
     COL_TILE = 512
+    # Per-column arrays of a tile start PAD doubles apart from a multiple of
+    # 4 KiB: arrays exactly 4 KiB apart make the CPU's memory disambiguation
+    # see false dependencies between their loads and stores.
+    PAD = 8
+    STATE_STRIDE = 2 * (COL_TILE + PAD)     # doubles per item: mean, m2
+    COEF_STRIDE = 3 * (COL_TILE + PAD)      # doubles per group: pivot, shift, scale
     # Rows per block of the COLUMNS pattern are at least this many...
     ROW_BLOCK_MIN = 64
     # ...and blocks times tiles at most this many (bounds the scratch memory).
@@ -134,6 +140,9 @@ cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, cons
     cdef fn_vd piv = fn_set1(c.pivot), sh = fn_set1(c.shift), sc = fn_set1(c.scale), t
     cdef const in_t* x = <const in_t*>xp
     cdef out_t* y = <out_t*>yp
+    cdef const double* gp = g.p      # locals: see normalize_columns
+    cdef const double* bp = b.p
+    cdef Py_ssize_t ginc = g.inc, binc = b.inc
     cdef Py_ssize_t i = 0, head = 0
     if stream:
         # Values up to the first vector-aligned address of y go the scalar way.
@@ -141,11 +150,11 @@ cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, cons
         head = min(n, 0 if head == 0 else FN_W - head)
     while i < head:
         sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
-               * g.p[i * g.inc] + b.p[i * b.inc], ko)
+               * gp[i * ginc] + bp[i * binc], ko)
         i = i + 1
     while i + FN_W <= n:
         t = fn_mul(fn_sub(fn_sub(vload(<const char*>(x + i), sizeof(in_t), ki), piv), sh), sc)
-        t = fn_fma(t, fn_load_f64(g.p + i * g.inc), fn_load_f64(b.p + i * b.inc))
+        t = fn_fma(t, fn_load_f64(gp + i * ginc), fn_load_f64(bp + i * binc))
         if stream:
             vstream(y + i, t)
         else:
@@ -153,7 +162,7 @@ cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, cons
         i = i + FN_W
     while i < n:
         sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
-               * g.p[i * g.inc] + b.p[i * b.inc], ko)
+               * gp[i * ginc] + bp[i * binc], ko)
         i = i + 1
 
 
@@ -370,8 +379,8 @@ cdef struct ColumnPlan:
     Py_ssize_t n_rows         # product of the reduced axes
     Py_ssize_t rows_per_block
     Py_ssize_t n_blocks
-    double* state             # per item: mean[COL_TILE], m2[COL_TILE]
-    double* coef              # per group: pivot, shift, scale, each [COL_TILE]
+    double* state             # per item: mean, m2 (STATE_STRIDE doubles)
+    double* coef              # per group: pivot, shift, scale (COEF_STRIDE doubles)
 
 
 cdef struct Tile:
@@ -384,13 +393,13 @@ cdef struct Tile:
 
 
 cdef inline void tile_of(const ColumnPlan* p, Py_ssize_t group, Tile* t) noexcept nogil:
-    cdef double* base = p.coef + group * 3 * COL_TILE
+    cdef double* base = p.coef + group * COEF_STRIDE
     odo_init(&t.outer, p.L.kept, p.L.n_kept - 1, group // p.n_tiles)
     t.c0 = (group % p.n_tiles) * COL_TILE
     t.width = min(<Py_ssize_t>COL_TILE, p.n_cols - t.c0)
     t.pivot = base
-    t.shift = base + COL_TILE
-    t.scale = base + 2 * COL_TILE
+    t.shift = base + COL_TILE + PAD
+    t.scale = base + 2 * (COL_TILE + PAD)
 
 
 cdef inline const char* col_ptr(const ColumnPlan* p, const Tile* t, const Odometer* row,
@@ -412,19 +421,23 @@ cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcep
 
 
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
+    """Welford over the rows of one block, for every column of one tile: the
+    rows stream by in order, the tile's accumulators stay in L1."""
     cdef Tile t
     cdef Odometer row, ahead
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
     cdef Py_ssize_t r0 = blk * p.rows_per_block
     cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, c
     cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X]
-    cdef double* mean = p.state + item * 2 * COL_TILE
-    cdef double* m2 = mean + COL_TILE
+    cdef double* mean = p.state + item * STATE_STRIDE
+    cdef double* m2 = mean + COL_TILE + PAD
+    cdef const double* pivot
     cdef const char* xp
     cdef const char* xa
     cdef fn_vd r, mu, v, dv
     cdef double y, d, rs
     tile_of(p, group, &t)
+    pivot = t.pivot
     for c in range(t.width):
         mean[c] = 0.0
         m2[c] = 0.0
@@ -439,7 +452,7 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
         r = fn_set1(rs)
         c = 0
         while c + FN_W <= t.width:
-            v = fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.pivot + c))
+            v = fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(pivot + c))
             mu = fn_load_f64(mean + c)
             dv = fn_sub(v, mu)
             mu = fn_fma(dv, r, mu)
@@ -447,7 +460,7 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
             fn_store_f64(m2 + c, fn_fma(dv, fn_sub(v, mu), fn_load_f64(m2 + c)))
             c = c + FN_W
         while c < t.width:
-            y = sload(xp + c * sx, ki) - t.pivot[c]
+            y = sload(xp + c * sx, ki) - pivot[c]
             d = y - mean[c]
             mean[c] = mean[c] + d * rs
             m2[c] = m2[c] + d * (y - mean[c])
@@ -460,7 +473,8 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     """Fold the row blocks of one tile in order, then finish each column."""
     cdef Tile t
     cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
-    cdef double* first = p.state + group * p.n_blocks * 2 * COL_TILE
+    cdef double* first = p.state + group * p.n_blocks * STATE_STRIDE
+    cdef double* first_m2 = first + COL_TILE + PAD
     cdef double* mean
     cdef double* m2
     cdef double na, nb, f, d
@@ -478,19 +492,19 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
         return
     na = <double>min(p.rows_per_block, p.n_rows)
     for blk in range(1, p.n_blocks):
-        mean = first + blk * 2 * COL_TILE
-        m2 = mean + COL_TILE
+        mean = first + blk * STATE_STRIDE
+        m2 = mean + COL_TILE + PAD
         nb = <double>min(p.rows_per_block, p.n_rows - blk * p.rows_per_block)
         f = nb / (na + nb)
         for c in range(t.width):
             d = mean[c] - first[c]
             first[c] = first[c] + d * f
-            first[COL_TILE + c] = first[COL_TILE + c] + m2[c] + d * d * na * f
+            first_m2[c] = first_m2[c] + m2[c] + d * d * na * f
         na = na + nb
     m.n = na
     for c in range(t.width):
         m.mean = first[c]
-        m.m2 = first[COL_TILE + c]
+        m.m2 = first_m2[c]
         co = finish(m, t.pivot[c], p.mode, p.eps, p.L, off + c * sS)
         t.pivot[c] = co.pivot
         t.shift[c] = co.shift
@@ -500,27 +514,35 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
 cdef inline void normalize_columns(const char* xp, char* yp, const Param* g, const Param* b,
                                    const Tile* t, bint stream, in_t* ki, out_t* ko) noexcept nogil:
     """One contiguous row of a tile, each column with its own coefficients."""
+    # Locals, not fields: stores to y could alias the fields as far as the
+    # compiler knows, and would make it reload them every iteration.
     cdef const in_t* x = <const in_t*>xp
     cdef out_t* y = <out_t*>yp
+    cdef const double* pivot = t.pivot
+    cdef const double* shift = t.shift
+    cdef const double* scale = t.scale
+    cdef const double* gp = g.p
+    cdef const double* bp = b.p
+    cdef Py_ssize_t ginc = g.inc, binc = b.inc, width = t.width
     cdef fn_vd v
     cdef Py_ssize_t c = 0, head = 0
     if stream:
         head = (<size_t>y // sizeof(out_t)) % FN_W
-        head = min(t.width, 0 if head == 0 else FN_W - head)
+        head = min(width, 0 if head == 0 else FN_W - head)
     while c < head:
         column_scalar(x, y, g, b, t, c, ki, ko)
         c = c + 1
-    while c + FN_W <= t.width:
-        v = fn_sub(fn_sub(vload(<const char*>(x + c), sizeof(in_t), ki), fn_load_f64(t.pivot + c)),
-                   fn_load_f64(t.shift + c))
-        v = fn_fma(fn_mul(v, fn_load_f64(t.scale + c)), fn_load_f64(g.p + c * g.inc),
-                   fn_load_f64(b.p + c * b.inc))
+    while c + FN_W <= width:
+        v = fn_sub(fn_sub(vload(<const char*>(x + c), sizeof(in_t), ki), fn_load_f64(pivot + c)),
+                   fn_load_f64(shift + c))
+        v = fn_fma(fn_mul(v, fn_load_f64(scale + c)), fn_load_f64(gp + c * ginc),
+                   fn_load_f64(bp + c * binc))
         if stream:
             vstream(y + c, v)
         else:
             vstore(<char*>(y + c), sizeof(out_t), v, ko)
         c = c + FN_W
-    while c < t.width:
+    while c < width:
         column_scalar(x, y, g, b, t, c, ki, ko)
         c = c + 1
 
@@ -596,11 +618,11 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.n_blocks = (p.n_rows + p.rows_per_block - 1) // p.rows_per_block
     n_items = p.n_groups * p.n_blocks
     p.state = NULL
-    p.coef = <double*>malloc(p.n_groups * 3 * COL_TILE * sizeof(double))
+    p.coef = <double*>malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if p.coef == NULL:
         return -1
     if mode != MODE_GIVEN:
-        p.state = <double*>malloc(n_items * 2 * COL_TILE * sizeof(double))
+        p.state = <double*>malloc(n_items * STATE_STRIDE * sizeof(double))
         if p.state == NULL:
             free(p.coef)
             return -1

@@ -8,6 +8,7 @@ cdef extern from "fastnorm_simd.h" nogil:
 
     const int FN_W
     const int FN_NV
+    const int FN_NVC
     const int FN_OPENMP
     const char* FN_COMPILER
     const char* FN_VARIANT_NAME
@@ -23,6 +24,7 @@ cdef extern from "fastnorm_simd.h" nogil:
     double fn_hsum(fn_vd a)
     double fn_lane(fn_vd a, int i)
     void fn_prefetch(const void* p)
+    void fn_prefetch_l2(const void* p)
 
     fn_vd fn_load_f16(const half_t* p)
     fn_vd fn_load_f32(const float* p)

@@ -37,6 +37,13 @@
 /* Independent vector accumulators per Welford run: enough to hide the
  * latency of the sub -> fma chain of one update. */
 #define FN_NV 8
+/* Vectors of columns whose Welford accumulators (and pivots) stay in
+ * registers while the COLUMNS pattern sweeps rows: 3 * FN_NVC live vectors. */
+#if FN_VBYTES == 64
+#define FN_NVC 4
+#else
+#define FN_NVC 2
+#endif
 
 #ifndef FN_VARIANT_NAME
 #define FN_VARIANT_NAME "baseline"
@@ -260,6 +267,16 @@ static inline void fn_prefetch(const void *p)
 {
 #if defined(__GNUC__) || defined(__clang__)
     __builtin_prefetch(p, 0, 3);
+#else
+    (void)p;
+#endif
+}
+
+/* The same into L2 only, for data used a little later and more than once. */
+static inline void fn_prefetch_l2(const void *p)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p, 0, 2);
 #else
     (void)p;
 #endif
