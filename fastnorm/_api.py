@@ -54,8 +54,12 @@ def _normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
     the caller gets them in (n_stats of them are delivered through out)."""
     out_dtype, stat_dtype = result_dtypes(x.dtype, dtype)
     outs = split_out(out, 1 + n_stats)
+    # Every out= is checked before anything is written.
     if outs[0] is not None:
         check_out(outs[0], "out", x.shape, out_dtype)
+    for i, o in enumerate(outs[1:], start=1):
+        if o is not None:
+            check_out(o, f"out[{i}]", keepdims_shape(x.shape, axes), stat_dtype)
     y, final = writable_target(outs[0], x, out_dtype)
     gamma, beta = detach(gamma, y), detach(beta, y)
     stats = _kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,

@@ -48,9 +48,7 @@ cdef enum:
     ROW_BLOCK_MIN = 64
     # ...and blocks times tiles at most this many (bounds the scratch memory).
     MAX_COL_ITEMS = 256
-    # The COLUMNS pattern prefetches the row this many rows ahead.
-    PREFETCH_ROWS = 4
-    # ...and SLICES prefetch this much of the next slice while normalizing one.
+    # SLICES prefetch this much of the next slice while normalizing one.
     PREFETCH_BYTES = 16384
     # Outputs of at least this many bytes are written with non-temporal stores.
     STREAM_MIN_BYTES = 8 << 20
@@ -424,7 +422,7 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
     """Welford over the rows of one block, for every column of one tile: the
     rows stream by in order, the tile's accumulators stay in L1."""
     cdef Tile t
-    cdef Odometer row, ahead
+    cdef Odometer row
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
     cdef Py_ssize_t r0 = blk * p.rows_per_block
     cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, c
@@ -433,7 +431,6 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
     cdef double* m2 = mean + COL_TILE + PAD
     cdef const double* pivot
     cdef const char* xp
-    cdef const char* xa
     cdef fn_vd r, mu, v, dv
     cdef double y, d, rs
     tile_of(p, group, &t)
@@ -442,12 +439,8 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
         mean[c] = 0.0
         m2[c] = 0.0
     odo_init(&row, p.L.red, p.L.n_red, r0)
-    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     for k in range(nr):
         xp = col_ptr(p, &t, &row, OP_X)
-        xa = col_ptr(p, &t, &ahead, OP_X)
-        for c in range(0, t.width * sx, 64):
-            fn_prefetch(xa + c)
         rs = 1.0 / <double>(k + 1)
         r = fn_set1(rs)
         c = 0
@@ -466,7 +459,6 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
             m2[c] = m2[c] + d * (y - mean[c])
             c = c + 1
         odo_next(&row, p.L.red, p.L.n_red)
-        odo_next(&ahead, p.L.red, p.L.n_red)
 
 
 cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
@@ -555,7 +547,7 @@ cdef inline void column_scalar(const in_t* x, out_t* y, const Param* g, const Pa
 
 cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
     cdef Tile t
-    cdef Odometer row, ahead
+    cdef Odometer row
     cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
     cdef Py_ssize_t r0 = blk * p.rows_per_block
@@ -563,7 +555,6 @@ cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
     cdef Py_ssize_t sx = vec.stride[OP_X], sy = vec.stride[OP_Y]
     cdef Py_ssize_t sg = vec.stride[OP_G], sb = vec.stride[OP_B]
     cdef const char* xp
-    cdef const char* xa
     cdef char* yp
     cdef const char* gp
     cdef const char* bp
@@ -571,15 +562,11 @@ cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
     cdef double ts
     tile_of(p, group, &t)
     odo_init(&row, p.L.red, p.L.n_red, r0)
-    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     for k in range(nr):
         xp = col_ptr(p, &t, &row, OP_X)
-        xa = col_ptr(p, &t, &ahead, OP_X)
         yp = <char*>col_ptr(p, &t, &row, OP_Y)
         gp = col_ptr(p, &t, &row, OP_G)
         bp = col_ptr(p, &t, &row, OP_B)
-        for c in range(0, t.width * sx, 64):
-            fn_prefetch(xa + c)
         if (sx == sizeof(in_t) and sy == sizeof(out_t)
                 and param_init(&g, gp, sg) and param_init(&b, bp, sb)):
             if p.L.stream:
@@ -592,7 +579,6 @@ cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
                 sstore(yp + c * sy, ts * (<const double*>(gp + c * sg))[0]
                        + (<const double*>(bp + c * sb))[0], ko)
         odo_next(&row, p.L.red, p.L.n_red)
-        odo_next(&ahead, p.L.red, p.L.n_red)
     fn_sfence()
 
 

@@ -1,0 +1,36 @@
+"""Shared fixtures and the hypothesis profiles.
+
+HYPOTHESIS_PROFILE selects a profile: "ci" (default; derandomized so a CI
+failure reproduces locally), "dev" (random, same size) or "thorough".
+"""
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import fastnorm
+import fastnorm._dispatch as dispatch
+
+_common = dict(
+    deadline=None,  # the machine is shared and noisy: never time examples
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile("ci", max_examples=100, derandomize=True, **_common)
+settings.register_profile("dev", max_examples=100, **_common)
+settings.register_profile("thorough", max_examples=1000, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    # A test that changes the thread count must not leak it into the next.
+    yield
+    fastnorm.set_num_threads(None)
+
+
+@pytest.fixture(params=dispatch.available_levels())
+def simd_level(request):
+    """Run the test body on each SIMD level this CPU can execute."""
+    with dispatch.use(request.param):
+        yield request.param

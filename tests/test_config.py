@@ -1,0 +1,94 @@
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import fastnorm
+import fastnorm._dispatch as dispatch
+
+
+def _run_python(code, **env):
+    e = dict(os.environ)
+    e.update(env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e,
+                       timeout=120)
+    return r
+
+
+def test_public_names():
+    for name in ["mean_var", "layer_norm", "rms_norm", "batch_norm", "get_num_threads",
+                 "set_num_threads", "show_config", "__version__"]:
+        assert name in fastnorm.__all__
+        assert hasattr(fastnorm, name)
+        if name != "__version__":
+            assert callable(getattr(fastnorm, name))
+
+
+def test_version_matches_metadata():
+    assert isinstance(fastnorm.__version__, str)
+    assert fastnorm.__version__ == importlib.metadata.version("fastnorm")
+
+
+def test_get_num_threads_default_is_a_positive_int():
+    n = fastnorm.get_num_threads()
+    assert isinstance(n, int) and n >= 1
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, np.int64(4)])
+def test_set_num_threads_round_trip(n):
+    default = fastnorm.get_num_threads()
+    fastnorm.set_num_threads(n)
+    assert fastnorm.get_num_threads() == int(n)
+    assert type(fastnorm.get_num_threads()) is int
+    fastnorm.set_num_threads(None)
+    assert fastnorm.get_num_threads() == default
+
+
+@pytest.mark.parametrize("bad,exc", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
+                                     ("2", TypeError), (2.0, TypeError), ([2], TypeError)])
+def test_set_num_threads_rejects(bad, exc):
+    fastnorm.set_num_threads(3)
+    with pytest.raises(exc):
+        fastnorm.set_num_threads(bad)
+    assert fastnorm.get_num_threads() == 3, "a rejected value must not change the setting"
+
+
+def test_threadpoolctl_is_honoured_unless_set_explicitly():
+    with threadpool_limits(limits=1, user_api="openmp"):
+        assert fastnorm.get_num_threads() == 1
+        fastnorm.set_num_threads(3)
+        assert fastnorm.get_num_threads() == 3
+        fastnorm.set_num_threads(None)
+        assert fastnorm.get_num_threads() == 1
+
+
+def test_omp_num_threads_is_honoured():
+    r = _run_python("import fastnorm; print(fastnorm.get_num_threads())", OMP_NUM_THREADS="3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "3"
+
+
+def test_show_config(capsys):
+    assert fastnorm.show_config() is None
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert any(fastnorm.__version__ in line and "fastnorm" in line for line in lines), text
+    assert any("OpenMP" in line for line in lines), text
+    simd = [line for line in lines if "SIMD" in line]
+    assert simd, text
+    # The SIMD line names the level in use and those available.
+    for level in dispatch.available_levels():
+        assert level in simd[0], simd[0]
+    assert any("thread" in line.lower() and str(fastnorm.get_num_threads()) in line
+               for line in lines), text
+
+
+def test_show_config_reports_set_threads(capsys):
+    fastnorm.set_num_threads(5)
+    fastnorm.show_config()
+    text = capsys.readouterr().out
+    assert any("thread" in line.lower() and "5" in line for line in text.splitlines()), text

@@ -1,0 +1,185 @@
+"""Fixed shapes and layouts chosen to cross the kernels' internal boundaries:
+the multi-threaded threshold (32768 elements), the 4096-value blocks of a
+long slice, the 512-column tiles and >= 64-row blocks of the columns
+pattern.  Each case states which access pattern it takes, so both are
+exercised whatever the hypothesis draws happen to be."""
+import numpy as np
+import pytest
+
+import fastnorm
+import fastnorm._dispatch as dispatch
+from reference import assert_close, keep_shape, ref_layer_norm, ref_mean_var, ref_rms_norm
+
+
+def _pattern(x, axes):
+    return dispatch.kernels.layout_pattern(x, tuple(i in axes for i in range(x.ndim)))
+
+
+def _data(shape, dtype=np.float32, seed=0, offset=3.0):
+    rng = np.random.default_rng(seed)
+    return (offset + rng.standard_normal(shape)).astype(dtype)
+
+
+# (name, builder of x, reduced axes, expected pattern)
+CASES = [
+    ("rows-4x10000", lambda: _data((4, 10000)), (1,), "slices"),
+    ("rows-3x12289-split", lambda: _data((3, 12289)), (1,), "slices"),
+    ("row-1x40000", lambda: _data((1, 40000)), (1,), "slices"),
+    ("vector-50000", lambda: _data((50000,)), (0,), "slices"),
+    ("many-short-rows", lambda: _data((5000, 7)), (1,), "slices"),
+    ("nchw", lambda: _data((8, 16, 20, 20)), (0, 2, 3), "slices"),
+    ("rows-reversed", lambda: _data((3, 12289))[:, ::-1], (1,), "slices"),
+    ("rows-stepped", lambda: _data((4, 20000))[:, ::2], (1,), "slices"),
+    ("cols-5000x7", lambda: _data((5000, 7)), (0,), "columns"),
+    ("cols-70x700", lambda: _data((70, 700)), (0,), "columns"),
+    ("cols-130x1100", lambda: _data((130, 1100)), (0,), "columns"),
+    ("cols-5000x513", lambda: _data((5000, 513)), (0,), "columns"),
+    ("fortran-rows", lambda: np.asfortranarray(_data((1000, 513))), (1,), "columns"),
+    ("nhwc", lambda: _data((8, 12, 12, 40)), (0, 1, 2), "columns"),
+    ("cols-reversed", lambda: _data((300, 700))[::-1, ::-1], (0,), "columns"),
+    ("cols-stepped", lambda: _data((600, 1500))[::3, ::2], (0,), "columns"),
+    ("transposed-3d", lambda: _data((40, 30, 50)).transpose(2, 0, 1), (1, 2), "columns"),
+    ("broadcast-rows", lambda: np.broadcast_to(_data((1, 9000)), (5, 9000)), (1,), "slices"),
+    ("broadcast-cols", lambda: np.broadcast_to(_data((1, 700)), (100, 700)), (0,), "columns"),
+    ("broadcast-reduced", lambda: np.broadcast_to(_data((3, 1)), (3, 20000)), (1,), None),
+]
+IDS = [c[0] for c in CASES]
+
+
+@pytest.fixture(params=CASES, ids=IDS)
+def case(request):
+    name, build, axes, pattern = request.param
+    x = build()
+    if pattern is not None:
+        assert _pattern(x, axes) == pattern, f"{name} no longer takes the {pattern} pattern"
+    return x, axes
+
+
+def test_both_patterns_are_reachable():
+    x = np.zeros((8, 9))
+    assert _pattern(x, (1,)) == "slices"
+    assert _pattern(x, (0,)) == "columns"
+    assert _pattern(np.asfortranarray(x), (1,)) == "columns"
+    assert _pattern(np.asfortranarray(x), (0,)) == "slices"
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_mean_var(case, threads):
+    x, axes = case
+    fastnorm.set_num_threads(threads)
+    m, v = fastnorm.mean_var(x, axis=axes, keepdims=True, dtype=np.float64)
+    rm, rv, spread = ref_mean_var(x, axes)
+    assert_close(m, rm, 1e-12 * spread + 1e-15 * np.abs(rm), "mean")
+    assert_close(v, rv, 1e-12 * spread**2 + 1e-14 * rv, "var")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layer_norm(case, threads):
+    x, axes = case
+    fastnorm.set_num_threads(threads)
+    rng = np.random.default_rng(1)
+    g = rng.uniform(0.5, 2, size=keep_shape(x.shape, tuple(i for i in range(x.ndim) if i not in axes)))
+    y, mean, rstd = fastnorm.layer_norm(x, g, np.full_like(g, 0.5), axis=axes, return_stats=True)
+    yr, mr, rr, xhat, _ = ref_layer_norm(x, axes, g, 0.5)
+    assert_close(y, yr, 1e-6 * (np.abs(yr) + 1) * (1 + np.abs(g)), "y")
+    assert_close(mean, mr, 1e-6 * (1 + np.abs(mr)), "mean")
+    assert_close(rstd, rr, 1e-6 * rr, "rstd")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rms_norm(case, threads):
+    x, axes = case
+    fastnorm.set_num_threads(threads)
+    y, rstd = fastnorm.rms_norm(x, axis=axes, return_stats=True)
+    yr, rr = ref_rms_norm(x, axes)
+    assert_close(y, yr, 1e-6 * (np.abs(yr) + 1e-3), "y")
+    assert_close(rstd, rr, 1e-6 * rr, "rstd")
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm(case, training):
+    x, axes = case
+    kept = tuple(i for i in range(x.ndim) if i not in axes)
+    rng = np.random.default_rng(2)
+    named = tuple(x.shape[i] for i in kept)
+    rm, rv = rng.standard_normal(named), rng.uniform(0.5, 2, size=named)
+    g, b = rng.uniform(0.5, 2, size=named), rng.standard_normal(named)
+    kshape = keep_shape(x.shape, axes)
+    rm0, rv0 = rm.reshape(kshape).copy(), rv.reshape(kshape).copy()
+    y, mean, rstd = fastnorm.batch_norm(x, g, b, rm, rv, axis=axes, training=training,
+                                        momentum=0.2, return_stats=True)
+    gk, bk = g.reshape(kshape), b.reshape(kshape)
+    if training:
+        yr, mr, rr, _, _ = ref_layer_norm(x, axes, gk, bk)
+        n = x.size // max(1, int(np.prod(named)))
+        var = 1 / rr**2 - 1e-5
+        assert_close(rm.reshape(kshape), 0.8 * rm0 + 0.2 * mr, 1e-6 * (1 + np.abs(rm0)), "running_mean")
+        assert_close(rv.reshape(kshape), 0.8 * rv0 + 0.2 * var * n / (n - 1), 1e-6 * (1 + rv0),
+                     "running_var")
+    else:
+        mr, rr = rm0, 1 / np.sqrt(rv0 + 1e-5)
+        yr = (x.astype(np.float64) - mr) * rr * gk + bk
+    assert_close(y, yr, 1e-6 * (np.abs(yr) + 1) * (1 + np.abs(gk)), "y")
+    assert_close(mean, mr, 1e-6 * (1 + np.abs(mr)), "mean")
+    assert_close(rstd, rr, 1e-6 * rr, "rstd")
+
+
+def test_out_with_other_strides_than_x():
+    # x C-ordered, out F-ordered and reversed: values land where they belong.
+    x = _data((700, 90), np.float64)
+    out = np.asfortranarray(np.zeros((700, 90)))[::-1, ::-1]
+    buf = out[::-1, ::-1]
+    y = fastnorm.layer_norm(x, axis=0, out=out)
+    assert y is out
+    yr = ref_layer_norm(x, (0,))[0]
+    assert_close(out, yr, 1e-12)
+    assert_close(buf[::-1, ::-1], yr, 1e-12)
+
+
+def test_float16_columns_and_rows():
+    x = _data((300, 700), np.float16, offset=0.0)
+    for axes in [(0,), (1,)]:
+        y = fastnorm.layer_norm(x, axis=axes)
+        assert y.dtype == np.float16
+        yr = ref_layer_norm(x, axes)[0]
+        assert_close(y, yr, 5e-3 * np.abs(yr) + 1e-4, "y")
+
+
+def _misaligned(values):
+    """A writable float64 array whose data is not 8-byte aligned."""
+    raw = bytearray(values.nbytes + 1)
+    a = np.frombuffer(memoryview(raw)[1:], dtype=values.dtype).reshape(values.shape)
+    a[...] = values
+    return a
+
+
+def test_misaligned_input_and_out():
+    v = _data((6, 300), np.float64)
+    x = _misaligned(v)
+    assert not x.flags.aligned
+    yr, mr, rr, _, _ = ref_layer_norm(v, (1,))
+    assert_close(fastnorm.layer_norm(x), yr, 1e-13)
+    out = _misaligned(np.zeros_like(v))
+    assert fastnorm.layer_norm(x, out=out) is out
+    assert_close(out, yr, 1e-13)
+    fastnorm.layer_norm(x, out=x)
+    assert_close(x, yr, 1e-13)
+
+
+def test_out_is_the_transpose_of_x():
+    # out overlaps x with other strides: the result is as if x was read first.
+    x = _data((40, 40), np.float64)
+    x0 = x.copy()
+    fastnorm.layer_norm(x, out=x.T)
+    assert_close(x.T, ref_layer_norm(x0, (1,))[0], 1e-13)
+
+
+@pytest.mark.parametrize("axes", [(0, 3, 5, 9), (9,), (1, 2, 3, 4, 5, 6, 7, 8), ()])
+def test_many_dimensions(axes):
+    x = _data((2, 3) * 5, np.float64)
+    m, v = fastnorm.mean_var(x, axis=axes)
+    rm, rv, _ = ref_mean_var(x, axes)
+    assert_close(m, rm.reshape(m.shape), 1e-13)
+    assert_close(v, rv.reshape(v.shape), 1e-13)
+    y = fastnorm.layer_norm(x, axis=axes)
+    assert_close(y, ref_layer_norm(x, axes)[0], 1e-12)
