@@ -4,6 +4,8 @@ HYPOTHESIS_PROFILE selects a profile: "ci" (default; derandomized so a CI
 failure reproduces locally), "dev" (random, same size) or "thorough".
 """
 import os
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -34,3 +36,21 @@ def simd_level(request):
     """Run the test body on each SIMD level this CPU can execute."""
     with dispatch.use(request.param):
         yield request.param
+
+
+@pytest.fixture
+def run_python():
+    """A function that runs code in a fresh interpreter with extra
+    environment variables and returns the CompletedProcess."""
+    return _run_python
+
+
+def _run_python(code, **env):
+    """Run code in a fresh interpreter with extra environment variables.
+
+    The working directory is this tests folder, not the repository root,
+    where the source folder fastnorm/ (without its compiled kernels) would
+    shadow the installed package."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, **env), timeout=120,
+                          cwd=os.path.dirname(os.path.abspath(__file__)))

@@ -1,7 +1,4 @@
 import importlib.metadata
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -9,14 +6,6 @@ from threadpoolctl import threadpool_limits
 
 import fastnorm
 import fastnorm._dispatch as dispatch
-
-
-def _run_python(code, **env):
-    e = dict(os.environ)
-    e.update(env)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e,
-                       timeout=120)
-    return r
 
 
 def test_public_names():
@@ -66,8 +55,8 @@ def test_threadpoolctl_is_honoured_unless_set_explicitly():
         assert fastnorm.get_num_threads() == 1
 
 
-def test_omp_num_threads_is_honoured():
-    r = _run_python("import fastnorm; print(fastnorm.get_num_threads())", OMP_NUM_THREADS="3")
+def test_omp_num_threads_is_honoured(run_python):
+    r = run_python("import fastnorm; print(fastnorm.get_num_threads())", OMP_NUM_THREADS="3")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "3"
 

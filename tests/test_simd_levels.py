@@ -4,9 +4,6 @@ The `simd_level` fixture (conftest) switches the kernels for the duration of
 a test; the hypothesis checkers are the same as the per-function tests,
 with fewer examples per level.
 """
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -55,16 +52,12 @@ def test_unknown_level_is_rejected():
             pass
 
 
-def test_fastnorm_simd_environment_variable():
+def test_fastnorm_simd_environment_variable(run_python):
     code = "import fastnorm._dispatch as d; print(d.kernels.build_info()['variant'])"
-    env = dict(os.environ, FASTNORM_SIMD="baseline")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = run_python(code, FASTNORM_SIMD="baseline")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "baseline"
-    env["FASTNORM_SIMD"] = "bogus"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = run_python(code, FASTNORM_SIMD="bogus")
     assert r.returncode != 0 and "FASTNORM_SIMD" in r.stderr
 
 
