@@ -22,7 +22,16 @@ def built_levels():
 
 def available_levels():
     """The built levels this CPU supports, best first."""
-    features = import_module("fastnorm._kernels_baseline").cpu_features()
+    try:
+        baseline = import_module("fastnorm._kernels_baseline")
+    except ImportError as e:
+        here = os.path.dirname(os.path.abspath(__file__))
+        raise ImportError(
+            f"fastnorm's compiled kernels are missing from {here}. If that is a source "
+            "checkout, Python found it before the installed package (the current "
+            "directory comes first on sys.path): run from another directory or with "
+            "`python -I`, or install in editable mode (see README.md).") from e
+    features = baseline.cpu_features()
     return [lv for lv in built_levels()
             if _REQUIRES[lv] is None or features.get(_REQUIRES[lv], False)]
 
