@@ -81,3 +81,26 @@ def test_show_config_reports_set_threads(capsys):
     fastnorm.show_config()
     text = capsys.readouterr().out
     assert any("thread" in line.lower() and "5" in line for line in text.splitlines()), text
+
+
+def test_type_stub_matches_the_functions():
+    # The stub (fastnorm/__init__.pyi) must list every public name with the
+    # parameters the functions really take, in order and kind.
+    import ast
+    import inspect
+    import pathlib
+
+    stub = ast.parse(pathlib.Path(fastnorm.__file__).with_suffix(".pyi").read_text())
+    declared = {}
+    for node in stub.body:
+        if isinstance(node, ast.FunctionDef):
+            a = node.args
+            declared.setdefault(node.name, set()).add(
+                (tuple(p.arg for p in a.posonlyargs + a.args), tuple(p.arg for p in a.kwonlyargs)))
+    for name in fastnorm.__all__:
+        if name == "__version__":
+            continue
+        params = inspect.signature(getattr(fastnorm, name)).parameters.values()
+        positional = tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        keyword = tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY)
+        assert declared.get(name) == {(positional, keyword)}, name
