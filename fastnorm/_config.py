@@ -10,6 +10,7 @@ from ._version import __version__
 
 _lock = threading.Lock()
 _num_threads = None  # None: follow OpenMP (OMP_NUM_THREADS, threadpoolctl)
+_OPENMP = _dispatch.kernels.build_info()["openmp"]  # the same for every SIMD level
 
 
 def get_num_threads() -> int:
@@ -18,8 +19,10 @@ def get_num_threads() -> int:
     Unless set_num_threads was called, this is OpenMP's default team size for
     the calling thread, which honours ``OMP_NUM_THREADS`` and
     ``threadpoolctl.threadpool_limits``.  Small inputs run on one thread
-    whatever this says.
+    whatever this says, and a build without OpenMP always says 1.
     """
+    if not _OPENMP:
+        return 1  # a serial build: set_num_threads has nothing to set
     n = _num_threads
     if n is None:
         n = _dispatch.kernels.max_threads()
