@@ -151,7 +151,7 @@ cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, cons
                * gp[i * ginc] + bp[i * binc], ko)
         i = i + 1
     while i + FN_W <= n:
-        t = fn_mul(fn_sub(fn_sub(vload(<const char*>(x + i), sizeof(in_t), ki), piv), sh), sc)
+        t = fn_mul(fn_sub(shifted(vload(<const char*>(x + i), sizeof(in_t), ki), piv, ki), sh), sc)
         t = fn_fma(t, fn_load_f64(gp + i * ginc), fn_load_f64(bp + i * binc))
         if stream:
             vstream(y + i, t)
@@ -209,7 +209,7 @@ cdef inline const char* run_start(const SlicePlan* p, const Odometer* s, const O
 
 
 cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) noexcept nogil:
-    return pick_pivot(sload(p.L.base[OP_X] + s.off[OP_X], ki))
+    return pick_pivot(sload(p.L.base[OP_X] + s.off[OP_X], ki), ki)
 
 
 cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const Odometer* r,
@@ -415,7 +415,7 @@ cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcep
     odo_init(&row, p.L.red, p.L.n_red, 0)
     xp = col_ptr(p, &t, &row, OP_X)
     for c in range(t.width):
-        t.pivot[c] = pick_pivot(sload(xp + c * sx, ki))
+        t.pivot[c] = pick_pivot(sload(xp + c * sx, ki), ki)
 
 
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
@@ -445,7 +445,7 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
         r = fn_set1(rs)
         c = 0
         while c + FN_W <= t.width:
-            v = fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(pivot + c))
+            v = shifted(vload(xp + c * sx, sx, ki), fn_load_f64(pivot + c), ki)
             mu = fn_load_f64(mean + c)
             dv = fn_sub(v, mu)
             mu = fn_fma(dv, r, mu)
@@ -525,7 +525,7 @@ cdef inline void normalize_columns(const char* xp, char* yp, const Param* g, con
         column_scalar(x, y, g, b, t, c, ki, ko)
         c = c + 1
     while c + FN_W <= width:
-        v = fn_sub(fn_sub(vload(<const char*>(x + c), sizeof(in_t), ki), fn_load_f64(pivot + c)),
+        v = fn_sub(shifted(vload(<const char*>(x + c), sizeof(in_t), ki), fn_load_f64(pivot + c), ki),
                    fn_load_f64(shift + c))
         v = fn_fma(fn_mul(v, fn_load_f64(scale + c)), fn_load_f64(gp + c * ginc),
                    fn_load_f64(bp + c * binc))

@@ -1,11 +1,12 @@
 # The statistics core: Welford updates within a block, Chan et al.'s merge
-# across blocks, lanes and threads.
+# across blocks, lanes and threads.  Everything accumulates in float64.
 #
-# Every statistic is taken of `x - pivot`, where the pivot is one value of
-# the slice (its first finite element).  Shifting by a value of the data makes
-# the mean of the shifted values about one standard deviation in size, so
-# neither the accumulation nor the final `x - mean` loses the digits that a
-# large common offset (1e6 + noise in float32) would otherwise take.
+# float64 data is shifted by a pivot, one value of its slice (the first
+# finite one): the mean of the shifted values is then about one standard
+# deviation in size, so neither the accumulation nor the final `x - mean`
+# loses the digits that a large common offset (1e12 + noise) would take.
+# float16/float32 data needs no shift: float64 carries 29 more bits than the
+# data has, more than any offset a float32 can hold costs (the pivot is 0).
 #
 # A contiguous run is split over FN_NV * FN_W lanes, each lane a Welford
 # accumulator over every (FN_NV*FN_W)-th element; the lanes share one
@@ -44,6 +45,13 @@ cdef inline void moments_merge(Moments* a, const Moments* b) noexcept nogil:
     a.n = n
 
 
+cdef inline fn_vd shifted(fn_vd v, fn_vd pivot, in_t* kind) noexcept nogil:
+    """v - pivot for float64 data; float16/float32 data is not shifted."""
+    if in_t is double:
+        return fn_sub(v, pivot)
+    return v
+
+
 cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t steps,
                                double pivot, in_t* kind) noexcept nogil:
     """FN_NV * FN_W Welford lanes over steps * FN_NV * FN_W values of x - pivot.
@@ -63,7 +71,7 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
     for j in range(steps):
         r = fn_set1(1.0 / <double>(j + 1))
         for v in range(FN_NV):
-            y = fn_sub(vload(x + (j * lanes + v * FN_W) * stride, stride, kind), piv)
+            y = shifted(vload(x + (j * lanes + v * FN_W) * stride, stride, kind), piv, kind)
             d = fn_sub(y, mean[v])
             mean[v] = fn_fma(d, r, mean[v])
             m2[v] = fn_fma(d, fn_sub(y, mean[v]), m2[v])
@@ -91,7 +99,7 @@ cdef inline Moments lanes_one(const char* x, Py_ssize_t stride, Py_ssize_t steps
     cdef Py_ssize_t j
     cdef Moments out
     for j in range(steps):
-        y = fn_sub(vload(x + j * FN_W * stride, stride, kind), piv)
+        y = shifted(vload(x + j * FN_W * stride, stride, kind), piv, kind)
         d = fn_sub(y, mean)
         mean = fn_fma(d, fn_set1(1.0 / <double>(j + 1)), mean)
         m2 = fn_fma(d, fn_sub(y, mean), m2)
@@ -138,10 +146,12 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
     return acc
 
 
-cdef inline double pick_pivot(double first) noexcept nogil:
-    """The slice's first value, unless it is inf/nan (then 0, so that a
-    non-finite value propagates as arithmetic says instead of poisoning
-    every shifted value)."""
-    if first - first == 0.0:
-        return first
+cdef inline double pick_pivot(double first, in_t* kind) noexcept nogil:
+    """The pivot of a slice whose first value is `first`: that value for
+    float64 data unless it is inf/nan (then 0, so that a non-finite value
+    propagates as arithmetic says instead of poisoning every shifted value),
+    0 for float16/float32 data."""
+    if in_t is double:
+        if first - first == 0.0:
+            return first
     return 0.0
