@@ -36,8 +36,8 @@ cdef enum:
     # few long slices are split across threads.
     CHUNK = 4096
     # Columns per tile of the COLUMNS pattern: the tile's accumulators
-    # (2 x 512 doubles) stay in L1 while the rows stream by.
-    COL_TILE = 512
+    # (2 x 1024 doubles) stay in L1 while the rows stream by.
+    COL_TILE = 1024
     # Per-column arrays of a tile start PAD doubles apart from a multiple of
     # 4 KiB: arrays exactly 4 KiB apart make the CPU's memory disambiguation
     # see false dependencies between their loads and stores.
@@ -48,7 +48,10 @@ cdef enum:
     ROW_BLOCK_MIN = 64
     # ...and blocks times tiles at most this many (bounds the scratch memory).
     MAX_COL_ITEMS = 256
-    # SLICES prefetch this much of the next slice while normalizing one.
+    # COLUMNS prefetch the row this many rows ahead when rows are pieces
+    # far apart (hardware prefetchers follow only rows that touch)...
+    PREFETCH_ROWS = 4
+    # ...and SLICES prefetch this much of the next slice while normalizing one.
     PREFETCH_BYTES = 16384
     # Outputs of at least this many bytes are written with non-temporal stores.
     STREAM_MIN_BYTES = 8 << 20
@@ -377,6 +380,7 @@ cdef struct ColumnPlan:
     Py_ssize_t n_rows         # product of the reduced axes
     Py_ssize_t rows_per_block
     Py_ssize_t n_blocks
+    bint prefetch             # rows are pieces far apart: prefetch them
     double* state             # per item: mean, m2 (STATE_STRIDE doubles)
     double* coef              # per group: pivot, shift, scale (COEF_STRIDE doubles)
 
@@ -406,6 +410,12 @@ cdef inline const char* col_ptr(const ColumnPlan* p, const Tile* t, const Odomet
     return p.L.base[k] + t.outer.off[k] + row.off[k] + t.c0 * vec.stride[k]
 
 
+cdef inline void prefetch_segment(const char* p, Py_ssize_t nbytes) noexcept nogil:
+    cdef Py_ssize_t off
+    for off in range(0, nbytes, 64):
+        fn_prefetch(p + off)
+
+
 cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcept nogil:
     cdef Tile t
     cdef Odometer row
@@ -422,7 +432,7 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
     """Welford over the rows of one block, for every column of one tile: the
     rows stream by in order, the tile's accumulators stay in L1."""
     cdef Tile t
-    cdef Odometer row
+    cdef Odometer row, ahead
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
     cdef Py_ssize_t r0 = blk * p.rows_per_block
     cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, c
@@ -439,8 +449,12 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
         mean[c] = 0.0
         m2[c] = 0.0
     odo_init(&row, p.L.red, p.L.n_red, r0)
+    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     for k in range(nr):
         xp = col_ptr(p, &t, &row, OP_X)
+        if p.prefetch:
+            prefetch_segment(col_ptr(p, &t, &ahead, OP_X), t.width * sx)
+            odo_next(&ahead, p.L.red, p.L.n_red)
         rs = 1.0 / <double>(k + 1)
         r = fn_set1(rs)
         c = 0
@@ -547,7 +561,7 @@ cdef inline void column_scalar(const in_t* x, out_t* y, const Param* g, const Pa
 
 cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
     cdef Tile t
-    cdef Odometer row
+    cdef Odometer row, ahead
     cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
     cdef Py_ssize_t r0 = blk * p.rows_per_block
@@ -562,8 +576,12 @@ cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
     cdef double ts
     tile_of(p, group, &t)
     odo_init(&row, p.L.red, p.L.n_red, r0)
+    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     for k in range(nr):
         xp = col_ptr(p, &t, &row, OP_X)
+        if p.prefetch:
+            prefetch_segment(col_ptr(p, &t, &ahead, OP_X), t.width * sx)
+            odo_next(&ahead, p.L.red, p.L.n_red)
         yp = <char*>col_ptr(p, &t, &row, OP_Y)
         gp = col_ptr(p, &t, &row, OP_G)
         bp = col_ptr(p, &t, &row, OP_B)
@@ -603,6 +621,10 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.rows_per_block = (p.n_rows + p.n_blocks - 1) // p.n_blocks
     p.n_blocks = (p.n_rows + p.rows_per_block - 1) // p.rows_per_block
     n_items = p.n_groups * p.n_blocks
+    # Hardware prefetchers follow rows that follow each other in memory; a
+    # tile that is a piece of each row needs software prefetch instead.
+    p.prefetch = not (p.n_tiles == 1 and L.n_red >= 1
+                      and L.red[L.n_red - 1].stride[OP_X] == p.n_cols * L.kept[L.n_kept - 1].stride[OP_X])
     p.state = NULL
     p.coef = <double*>malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if p.coef == NULL:
