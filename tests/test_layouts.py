@@ -1,7 +1,7 @@
 """Fixed shapes and layouts chosen to cross the kernels' internal boundaries:
 the multi-threaded threshold (32768 elements), the 4096-value blocks of a
-long slice, the 512-column tiles and >= 64-row blocks of the columns
-pattern.  Each case states which access pattern it takes, so both are
+long slice, the 1024-column tiles (rows in pieces, prefetched) and >= 64-row
+blocks of the columns pattern.  Each case states which access pattern it takes, so both are
 exercised whatever the hypothesis draws happen to be."""
 import numpy as np
 import pytest
@@ -34,6 +34,8 @@ CASES = [
     ("cols-70x700", lambda: _data((70, 700)), (0,), "columns"),
     ("cols-130x1100", lambda: _data((130, 1100)), (0,), "columns"),
     ("cols-5000x513", lambda: _data((5000, 513)), (0,), "columns"),
+    ("cols-3000x1025", lambda: _data((3000, 1025)), (0,), "columns"),
+    ("cols-100x2100", lambda: _data((100, 2100)), (0,), "columns"),
     ("fortran-rows", lambda: np.asfortranarray(_data((1000, 513))), (1,), "columns"),
     ("nhwc", lambda: _data((8, 12, 12, 40)), (0, 1, 2), "columns"),
     ("cols-reversed", lambda: _data((300, 700))[::-1, ::-1], (0,), "columns"),
