@@ -4,70 +4,11 @@ import warnings
 
 import numpy as np
 
-from . import _dispatch
-from ._args import (as_input, axes_tuple, check_eps, check_out, detach,
-                    keepdims_shape, param, reduced_mask, result_dtypes,
-                    running_stat, split_out, warn_empty, writable_target)
-from ._config import get_num_threads
+from ._args import (as_input, axes_tuple, check_eps, check_out, keepdims_shape,
+                    param, result_dtypes, running_stat)
+from ._run import deliver, kernel_stats, normalize
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
-
-
-def _kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
-                  given=None, want_var=False):
-    """Run the kernel once; return its per-slice float64 statistics in
-    keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
-    'center', (mean of squares, rstd) for 'rms', the given pair for 'given'."""
-    shape = keepdims_shape(x.shape, axes)
-    if given is not None:
-        s0, s1 = given
-    else:
-        s0, s1 = np.empty(shape), np.empty(shape)
-    s2 = np.empty(shape) if want_var else None
-    if x.size == 0:
-        # Nothing to read; a slice with no values has undefined statistics.
-        if given is None and math.prod(shape) > 0:
-            warn_empty()
-            for s in (s0, s1, s2):
-                if s is not None:
-                    s.fill(np.nan)
-        return s0, s1, s2
-    k = _dispatch.kernels
-    k.normalize(x, y, gamma, beta, s0, s1, s2, reduced_mask(axes, x.ndim),
-                k.MODES[mode], eps, get_num_threads())
-    return s0, s1, s2
-
-
-def _deliver(stat, dtype, out, name):
-    """A float64 statistic as the caller asked for it: cast to dtype, into
-    out when given."""
-    if out is None:
-        return stat.astype(dtype, copy=False)
-    check_out(out, name, stat.shape, dtype)
-    np.copyto(out, stat, casting="unsafe")
-    return out
-
-
-def _normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
-               given=None, want_var=False):
-    """Shared body of the normalizers: y plus the statistics in the dtype
-    the caller gets them in (n_stats of them are delivered through out)."""
-    out_dtype, stat_dtype = result_dtypes(x.dtype, dtype)
-    outs = split_out(out, 1 + n_stats)
-    # Every out= is checked before anything is written.
-    if outs[0] is not None:
-        check_out(outs[0], "out", x.shape, out_dtype)
-    for i, o in enumerate(outs[1:], start=1):
-        if o is not None:
-            check_out(o, f"out[{i}]", keepdims_shape(x.shape, axes), stat_dtype)
-    y, final = writable_target(outs[0], x, out_dtype)
-    gamma, beta = detach(gamma, y), detach(beta, y)
-    stats = _kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,
-                          given=given, want_var=want_var)
-    if final is not None:
-        np.copyto(final, y)
-        y = final
-    return y, stats, stat_dtype, outs[1:]
 
 
 def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
@@ -125,7 +66,7 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     else:
         out = (None, None)
     n = math.prod(x.shape[i] for i in axes)
-    s0, m2, _ = _kernel_stats(x, axes, "stats")
+    s0, m2, _ = kernel_stats(x, axes, "stats")
     if n - ddof <= 0 and x.size > 0:
         warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -191,12 +132,12 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     eps = check_eps(eps)
     gamma = param(gamma, "gamma", x.shape, axes)
     beta = param(beta, "beta", x.shape, axes)
-    y, (mean, rstd, _), sdt, outs = _normalize(
+    y, (mean, rstd, _), sdt, outs = normalize(
         x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
         n_stats=2 if return_stats else 0)
     if not return_stats:
         return y
-    return y, _deliver(mean, sdt, outs[0], "out[1]"), _deliver(rstd, sdt, outs[1], "out[2]")
+    return y, deliver(mean, sdt, outs[0], "out[1]"), deliver(rstd, sdt, outs[1], "out[2]")
 
 
 def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
@@ -237,12 +178,12 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
     gamma = param(gamma, "gamma", x.shape, axes)
-    y, (_, rstd, _), sdt, outs = _normalize(
+    y, (_, rstd, _), sdt, outs = normalize(
         x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
         n_stats=1 if return_stats else 0)
     if not return_stats:
         return y
-    return y, _deliver(rstd, sdt, outs[0], "out[1]")
+    return y, deliver(rstd, sdt, outs[0], "out[1]")
 
 
 def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
@@ -327,7 +268,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         var = param(running_var, "running_var", x.shape, kept)
         with np.errstate(invalid="ignore"):
             rstd = np.ascontiguousarray(1.0 / np.sqrt(var + eps))
-        y, (mean, rstd, _), sdt, outs = _normalize(
+        y, (mean, rstd, _), sdt, outs = normalize(
             x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, given=(mean, rstd))
     else:
@@ -344,7 +285,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
             rv_view = running_stat(running_var, "running_var", x.shape, kept)
-        y, (mean, rstd, var), sdt, outs = _normalize(
+        y, (mean, rstd, var), sdt, outs = normalize(
             x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, want_var=running_mean is not None)
         if running_mean is not None:
@@ -354,4 +295,4 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             np.copyto(rv_view, new_var, casting="unsafe")
     if not return_stats:
         return y
-    return y, _deliver(mean, sdt, outs[0], "out[1]"), _deliver(rstd, sdt, outs[1], "out[2]")
+    return y, deliver(mean, sdt, outs[0], "out[1]"), deliver(rstd, sdt, outs[1], "out[2]")

@@ -1,0 +1,68 @@
+"""One call of the kernels, shared by every public function: statistics
+arrays in, outputs checked before anything is written, results delivered in
+the dtype and arrays the caller asked for."""
+import math
+
+import numpy as np
+
+from . import _dispatch
+from ._args import (check_out, detach, keepdims_shape, reduced_mask, result_dtypes,
+                    split_out, warn_empty, writable_target)
+from ._config import get_num_threads
+
+
+def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
+                 given=None, want_var=False):
+    """Run the kernel once; return its per-slice float64 statistics in
+    keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
+    'center', (mean of squares, rstd) for 'rms', the given pair for 'given'."""
+    shape = keepdims_shape(x.shape, axes)
+    if given is not None:
+        s0, s1 = given
+    else:
+        s0, s1 = np.empty(shape), np.empty(shape)
+    s2 = np.empty(shape) if want_var else None
+    if x.size == 0:
+        # Nothing to read; a slice with no values has undefined statistics.
+        if given is None and math.prod(shape) > 0:
+            warn_empty()
+            for s in (s0, s1, s2):
+                if s is not None:
+                    s.fill(np.nan)
+        return s0, s1, s2
+    k = _dispatch.kernels
+    k.normalize(x, y, gamma, beta, s0, s1, s2, reduced_mask(axes, x.ndim),
+                k.MODES[mode], eps, get_num_threads())
+    return s0, s1, s2
+
+
+def deliver(stat, dtype, out, name):
+    """A float64 statistic as the caller asked for it: cast to dtype, into
+    out when given."""
+    if out is None:
+        return stat.astype(dtype, copy=False)
+    check_out(out, name, stat.shape, dtype)
+    np.copyto(out, stat, casting="unsafe")
+    return out
+
+
+def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
+              given=None, want_var=False):
+    """Shared body of the normalizers: y plus the statistics in the dtype
+    the caller gets them in (n_stats of them are delivered through out)."""
+    out_dtype, stat_dtype = result_dtypes(x.dtype, dtype)
+    outs = split_out(out, 1 + n_stats)
+    # Every out= is checked before anything is written.
+    if outs[0] is not None:
+        check_out(outs[0], "out", x.shape, out_dtype)
+    for i, o in enumerate(outs[1:], start=1):
+        if o is not None:
+            check_out(o, f"out[{i}]", keepdims_shape(x.shape, axes), stat_dtype)
+    y, final = writable_target(outs[0], x, out_dtype)
+    gamma, beta = detach(gamma, y), detach(beta, y)
+    stats = kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,
+                         given=given, want_var=want_var)
+    if final is not None:
+        np.copyto(final, y)
+        y = final
+    return y, stats, stat_dtype, outs[1:]
