@@ -3,10 +3,12 @@
 Exact single-pass statistics (Welford within blocks, Chan et al.'s merge
 across blocks and threads) and fused normalization kernels over any axes of
 any strided array: ``mean_var``, ``layer_norm``, ``rms_norm``,
-``batch_norm``.  ``show_config()`` says how this installation was built.
+``batch_norm``, ``group_norm``, ``instance_norm``, ``weight_norm`` and
+``weight_standardize``.  ``show_config()`` says how this installation was built.
 """
 from ._version import __version__
 from ._api import batch_norm, layer_norm, mean_var, rms_norm
+from ._family import group_norm, instance_norm, weight_norm, weight_standardize
 from ._config import get_num_threads, set_num_threads, show_config
 
 __all__ = [
@@ -15,6 +17,10 @@ __all__ = [
     "layer_norm",
     "rms_norm",
     "batch_norm",
+    "group_norm",
+    "instance_norm",
+    "weight_norm",
+    "weight_standardize",
     "get_num_threads",
     "set_num_threads",
     "show_config",

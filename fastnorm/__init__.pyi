@@ -96,6 +96,73 @@ def batch_norm(
     dtype: DTypeLike | None = None,
     return_stats: Literal[True],
 ) -> tuple[_Array, _Array, _Array]: ...
+@overload
+def group_norm(
+    x: ArrayLike,
+    num_groups: int,
+    gamma: ArrayLike | None = None,
+    beta: ArrayLike | None = None,
+    *,
+    channel_axis: int = 1,
+    eps: float = 1e-5,
+    out: _Out = None,
+    dtype: DTypeLike | None = None,
+    return_stats: Literal[False] = False,
+) -> _Array: ...
+@overload
+def group_norm(
+    x: ArrayLike,
+    num_groups: int,
+    gamma: ArrayLike | None = None,
+    beta: ArrayLike | None = None,
+    *,
+    channel_axis: int = 1,
+    eps: float = 1e-5,
+    out: _Out = None,
+    dtype: DTypeLike | None = None,
+    return_stats: Literal[True],
+) -> tuple[_Array, _Array, _Array]: ...
+@overload
+def instance_norm(
+    x: ArrayLike,
+    gamma: ArrayLike | None = None,
+    beta: ArrayLike | None = None,
+    *,
+    channel_axis: int = 1,
+    eps: float = 1e-5,
+    out: _Out = None,
+    dtype: DTypeLike | None = None,
+    return_stats: Literal[False] = False,
+) -> _Array: ...
+@overload
+def instance_norm(
+    x: ArrayLike,
+    gamma: ArrayLike | None = None,
+    beta: ArrayLike | None = None,
+    *,
+    channel_axis: int = 1,
+    eps: float = 1e-5,
+    out: _Out = None,
+    dtype: DTypeLike | None = None,
+    return_stats: Literal[True],
+) -> tuple[_Array, _Array, _Array]: ...
+@overload
+def weight_norm(
+    v: ArrayLike,
+    g: ArrayLike | None = None,
+    *,
+    axis: _Axis = None,
+    return_norm: Literal[False] = False,
+) -> _Array: ...
+@overload
+def weight_norm(
+    v: ArrayLike,
+    g: ArrayLike | None = None,
+    *,
+    axis: _Axis = None,
+    return_norm: Literal[True],
+) -> tuple[_Array, _Array]: ...
+def weight_standardize(w: ArrayLike, *, axis: _Axis = None, eps: float = 1e-5) -> _Array: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int | None) -> None: ...
 def show_config() -> None: ...
@@ -106,6 +173,10 @@ __all__ = [
     "layer_norm",
     "rms_norm",
     "batch_norm",
+    "group_norm",
+    "instance_norm",
+    "weight_norm",
+    "weight_standardize",
     "get_num_threads",
     "set_num_threads",
     "show_config",

@@ -1,0 +1,237 @@
+"""The rest of the family: group and instance norm, weight normalization and
+weight standardization.  Each is a choice of reduced axes (and a view that
+splits the channel axis into groups) on the same kernels as the core."""
+import math
+import operator
+
+import numpy as np
+from numpy.exceptions import AxisError
+
+from ._args import as_input, axes_tuple, check_eps, check_out, param, split_out
+from ._run import deliver, normalize
+
+
+# --------------------------------------------------------------------------
+# group and instance norm
+
+class Groups:
+    """x seen with its channel axis split into (groups, channels per group):
+    a view, whatever x's strides.  Statistics are per (sample, group), over
+    the channels of the group and every axis but 0."""
+
+    def __init__(self, x, num_groups, channel_axis):
+        if x.ndim < 2:
+            raise ValueError(f"group/instance norm needs x of shape (N, C, ...), "
+                             f"got {x.ndim} dimension(s)")
+        ch = operator.index(channel_axis)
+        if not -x.ndim <= ch < x.ndim:
+            raise AxisError(ch, x.ndim)
+        ch %= x.ndim
+        if ch == 0:
+            raise ValueError("channel_axis must not be 0: axis 0 is the batch (one "
+                             "statistic per sample)")
+        try:
+            g = operator.index(num_groups)
+        except TypeError as e:
+            raise TypeError(f"num_groups must be an int, got {num_groups!r}") from e
+        c = x.shape[ch]
+        if g < 1 or c % g != 0:
+            raise ValueError(f"num_groups={g} must be >= 1 and divide the {c} channels")
+        self.x_shape, self.axis, self.groups, self.channels = x.shape, ch, g, c
+        # The split view's shape: (..., groups, channels per group, ...).
+        self.view_shape = x.shape[:ch] + (g, c // g) + x.shape[ch + 1:]
+        self.reduced = tuple(i for i in range(1, x.ndim + 1) if i != ch)
+        # Statistics as returned: x's shape with the channel axis holding the
+        # groups and every other axis but 0 of size 1.
+        self.stat_shape = tuple(x.shape[0] if i == 0 else (g if i == ch else 1)
+                                for i in range(x.ndim))
+
+    def split(self, a):
+        """An array of x's shape, as a view with the channel axis split."""
+        v = a.reshape(self.view_shape)
+        assert v.base is not None or v is a  # splitting one axis never copies
+        return v
+
+    def channel_param(self, value, name):
+        """gamma/beta of shape (C,) (or x.ndim dims with C on the channel
+        axis, keepdims layout) as float64 in the split view's keepdims layout."""
+        if value is None:
+            return None
+        a = np.asarray(value)
+        keep = tuple(self.channels if i == self.axis else 1 for i in range(len(self.x_shape)))
+        if a.shape == keep:
+            a = a.reshape(self.channels)
+        if a.shape != (self.channels,):
+            raise ValueError(f"{name} has shape {a.shape}; expected ({self.channels},) "
+                             f"or {keep} (keepdims layout) for x of shape {self.x_shape}")
+        shape = [1] * len(self.view_shape)
+        shape[self.axis], shape[self.axis + 1] = self.groups, self.channels // self.groups
+        return param(a.reshape(shape), name, self.view_shape, (self.axis, self.axis + 1))
+
+    def stats_out(self, stat):
+        """A statistic of the split view (keepdims layout) in stat_shape."""
+        return stat.reshape(self.stat_shape)
+
+
+def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5,
+               out=None, dtype=None, return_stats=False):
+    """Group normalization (Wu & He): statistics per sample and per group of
+    channels, over the channels of the group and every other axis but 0.
+
+    Parameters
+    ----------
+    x : array_like
+        Input of shape ``(N, C, *)`` (or channels anywhere: ``channel_axis``).
+        Read in place in any layout; NCHW and NHWC alike need no copy.
+    num_groups : int
+        Number of groups; must divide C.
+    gamma, beta : array_like, optional
+        Per-channel gain and bias of shape ``(C,)`` (or keepdims layout).
+    channel_axis : int, optional
+        The channel axis (default 1; -1 for channels-last).  Not 0, which is
+        the batch axis.
+    eps : float, optional
+        Added to the variance.
+    out : ndarray or tuple, optional
+        Output of x's shape and the result dtype; with ``return_stats`` a
+        tuple ``(y, mean, rstd)``.
+    dtype : dtype, optional
+        Output dtype; default x's float dtype.
+    return_stats : bool, optional
+        Also return ``mean`` and ``rstd``: x's shape with the channel axis
+        holding the groups and every other axis but 0 of size 1 (``(N, G, 1,
+        1)`` for NCHW); float32 for float16/float32 results, float64 for
+        float64.  ``group_norm_backward`` takes them as they are.
+
+    Returns
+    -------
+    y : ndarray
+        Or ``(y, mean, rstd)`` with ``return_stats=True``.
+
+    Raises
+    ------
+    ValueError
+        ``C % num_groups != 0``, gamma/beta of the wrong shape, or x with
+        fewer than 2 dimensions.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.arange(16.0).reshape(1, 4, 2, 2)
+    >>> y = fastnorm.group_norm(x, 2, eps=0.0)
+    >>> y[0, :2].round(3).ravel()
+    array([-1.528, -1.091, -0.655, -0.218,  0.218,  0.655,  1.091,  1.528])
+    """
+    x = as_input(x)
+    grp = Groups(x, num_groups, channel_axis)
+    eps = check_eps(eps)
+    gamma = grp.channel_param(gamma, "gamma")
+    beta = grp.channel_param(beta, "beta")
+    outs = split_out(out, 3 if return_stats else 1)
+    y_out = outs[0]
+    if y_out is not None:
+        check_out(y_out, "out", x.shape, np.result_type(y_out))  # shape first
+        y_out = grp.split(y_out)
+    y, (mean, rstd, _), sdt, _ = normalize(
+        grp.split(x), grp.reduced, "center", eps=eps, gamma=gamma, beta=beta, out=y_out,
+        dtype=dtype, n_stats=0)
+    y = y.reshape(x.shape) if y_out is None else outs[0]
+    if not return_stats:
+        return y
+    return (y, deliver(grp.stats_out(mean), sdt, outs[1], "out[1]"),
+            deliver(grp.stats_out(rstd), sdt, outs[2], "out[2]"))
+
+
+def instance_norm(x, gamma=None, beta=None, *, channel_axis=1, eps=1e-5, out=None,
+                  dtype=None, return_stats=False):
+    """Instance normalization: statistics per sample and per channel, over
+    every other axis but 0 (``group_norm`` with one channel per group).
+
+    Parameters are those of ``group_norm`` without ``num_groups``; the
+    statistics have shape ``(N, C, 1, 1)`` for NCHW and broadcast against x.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.array([[[1.0, 3.0], [10.0, 30.0]]])    # (N=1, C=2, L=2)
+    >>> fastnorm.instance_norm(x, eps=0.0)
+    array([[[-1.,  1.],
+            [-1.,  1.]]])
+    """
+    x = as_input(x)
+    if x.ndim < 2:
+        raise ValueError(f"instance norm needs x of shape (N, C, ...), got {x.ndim} dimension(s)")
+    ch = operator.index(channel_axis)
+    if not -x.ndim <= ch < x.ndim:
+        raise AxisError(ch, x.ndim)
+    return group_norm(x, x.shape[ch], gamma, beta, channel_axis=channel_axis, eps=eps,
+                      out=out, dtype=dtype, return_stats=return_stats)
+
+
+# --------------------------------------------------------------------------
+# weight normalization and standardization
+
+def _all_but_first(axis, ndim):
+    return tuple(range(1, ndim)) if axis is None else axes_tuple(axis, ndim)
+
+
+def weight_norm(v, g=None, *, axis=None, return_norm=False):
+    """Weight normalization (Salimans & Kingma): ``w = g * v / ||v||``.
+
+    Parameters
+    ----------
+    v : array_like
+        The direction, e.g. ``(out_features, in_features)`` or
+        ``(out_channels, in_channels, kh, kw)``.
+    g : array_like, optional
+        The norm each output unit gets, of the kept shape (``(out,)`` by
+        default) or keepdims layout.  Default 1 (unit-norm rows).
+    axis : int or tuple of ints, optional
+        Axes of the norm; default every axis but 0 (one norm per output unit).
+    return_norm : bool, optional
+        Also return ``||v||`` in keepdims layout (float32 for float16/float32,
+        float64 for float64).
+
+    Returns
+    -------
+    w : ndarray
+        Or ``(w, norm)``.  A zero direction gives NaN, as ``v / ||v||`` does.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> fastnorm.weight_norm(np.array([[3.0, 4.0], [0.0, 2.0]]), g=np.array([10.0, 1.0]))
+    array([[6., 8.],
+           [0., 1.]])
+    """
+    v = as_input(v, "v")
+    axes = _all_but_first(axis, v.ndim)
+    kept = tuple(i for i in range(v.ndim) if i not in axes)
+    n = math.prod(v.shape[i] for i in axes)
+    gain = param(g, "g", v.shape, kept)
+    # rms_norm with eps 0 gives v / sqrt(mean(v**2)) = v * sqrt(n) / ||v||.
+    scale = np.full((1,) * v.ndim, 1.0 / math.sqrt(n)) if gain is None else gain / math.sqrt(n)
+    w, (mean_sq, _, _), sdt, _ = normalize(v, axes, "rms", eps=0.0, gamma=scale, beta=None,
+                                           out=None, dtype=None, n_stats=0)
+    if not return_norm:
+        return w
+    return w, np.sqrt(mean_sq * n).astype(sdt, copy=False)
+
+
+def weight_standardize(w, *, axis=None, eps=1e-5):
+    """Weight standardization (Qiao et al.): ``(w - mean) / sqrt(var + eps)``
+    over ``axis``, by default every axis but 0 (one standardization per output
+    channel of a convolution kernel ``(out, in, kh, kw)``).
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> fastnorm.weight_standardize(np.array([[1.0, 3.0], [2.0, 6.0]]), eps=0.0)
+    array([[-1.,  1.],
+           [-1.,  1.]])
+    """
+    w = as_input(w, "w")
+    axes = _all_but_first(axis, w.ndim)
+    y, _, _, _ = normalize(w, axes, "center", eps=check_eps(eps), gamma=None, beta=None,
+                           out=None, dtype=None, n_stats=0)
+    return y
