@@ -4,11 +4,15 @@ Exact single-pass statistics (Welford within blocks, Chan et al.'s merge
 across blocks and threads) and fused normalization kernels over any axes of
 any strided array: ``mean_var``, ``layer_norm``, ``rms_norm``,
 ``batch_norm``, ``group_norm``, ``instance_norm``, ``weight_norm`` and
-``weight_standardize``.  ``show_config()`` says how this installation was built.
+``weight_standardize``, with the gradients ``layer_norm_backward``,
+``rms_norm_backward``, ``batch_norm_backward`` and ``group_norm_backward``.
+``show_config()`` says how this installation was built.
 """
 from ._version import __version__
 from ._api import batch_norm, layer_norm, mean_var, rms_norm
 from ._family import group_norm, instance_norm, weight_norm, weight_standardize
+from ._grad import (batch_norm_backward, group_norm_backward, layer_norm_backward,
+                    rms_norm_backward)
 from ._config import get_num_threads, set_num_threads, show_config
 
 __all__ = [
@@ -21,6 +25,10 @@ __all__ = [
     "instance_norm",
     "weight_norm",
     "weight_standardize",
+    "layer_norm_backward",
+    "rms_norm_backward",
+    "batch_norm_backward",
+    "group_norm_backward",
     "get_num_threads",
     "set_num_threads",
     "show_config",

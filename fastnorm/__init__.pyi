@@ -163,6 +163,43 @@ def weight_norm(
     return_norm: Literal[True],
 ) -> tuple[_Array, _Array]: ...
 def weight_standardize(w: ArrayLike, *, axis: _Axis = None, eps: float = 1e-5) -> _Array: ...
+def layer_norm_backward(
+    dy: ArrayLike,
+    x: ArrayLike,
+    mean: ArrayLike,
+    rstd: ArrayLike,
+    gamma: ArrayLike | None = None,
+    *,
+    axis: _Axis = -1,
+) -> tuple[_Array, _Array, _Array]: ...
+def rms_norm_backward(
+    dy: ArrayLike,
+    x: ArrayLike,
+    rstd: ArrayLike,
+    gamma: ArrayLike | None = None,
+    *,
+    axis: _Axis = -1,
+) -> tuple[_Array, _Array]: ...
+def batch_norm_backward(
+    dy: ArrayLike,
+    x: ArrayLike,
+    mean: ArrayLike,
+    rstd: ArrayLike,
+    gamma: ArrayLike | None = None,
+    *,
+    axis: _Axis = None,
+    training: bool = True,
+) -> tuple[_Array, _Array, _Array]: ...
+def group_norm_backward(
+    dy: ArrayLike,
+    x: ArrayLike,
+    mean: ArrayLike,
+    rstd: ArrayLike,
+    num_groups: int,
+    gamma: ArrayLike | None = None,
+    *,
+    channel_axis: int = 1,
+) -> tuple[_Array, _Array, _Array]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int | None) -> None: ...
 def show_config() -> None: ...
@@ -177,6 +214,10 @@ __all__ = [
     "instance_norm",
     "weight_norm",
     "weight_standardize",
+    "layer_norm_backward",
+    "rms_norm_backward",
+    "batch_norm_backward",
+    "group_norm_backward",
     "get_num_threads",
     "set_num_threads",
     "show_config",

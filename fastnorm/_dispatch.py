@@ -36,32 +36,42 @@ def available_levels():
             if _REQUIRES[lv] is None or features.get(_REQUIRES[lv], False)]
 
 
-def load(level=None):
-    """The kernel module for `level`, or for the best available level (capped
-    by FASTNORM_SIMD when it is set)."""
+def _level(level):
+    """`level`, checked, or the best available one (capped by FASTNORM_SIMD)."""
     levels = available_levels()
     if level is None:
         cap = os.environ.get("FASTNORM_SIMD", "").strip().lower()
         if cap and cap not in LEVELS:
             raise ImportError(f"FASTNORM_SIMD={cap!r} is not one of {', '.join(LEVELS)}")
         start = LEVELS.index(cap) if cap else 0
-        level = next(lv for lv in LEVELS[start:] if lv in levels)
-    elif level not in levels:
+        return next(lv for lv in LEVELS[start:] if lv in levels)
+    if level not in levels:
         raise ValueError(f"SIMD level {level!r} is not available here "
                          f"(available: {', '.join(levels)})")
-    return import_module(f"fastnorm._kernels_{level}")
+    return level
+
+
+def load(level=None):
+    """The forward kernel module for `level` (default: the best available)."""
+    return import_module(f"fastnorm._kernels_{_level(level)}")
+
+
+def load_backward(level=None):
+    """The gradient kernel module for `level` (default: the best available)."""
+    return import_module(f"fastnorm._backward_{_level(level)}")
 
 
 kernels = load()
+backward = load_backward()
 
 
 @contextlib.contextmanager
 def use(level):
     """Run the enclosed calls on the kernels of `level` (process-wide)."""
-    global kernels
-    previous = kernels
-    kernels = load(level)
+    global kernels, backward
+    previous = kernels, backward
+    kernels, backward = load(level), load_backward(level)
     try:
         yield kernels
     finally:
-        kernels = previous
+        kernels, backward = previous

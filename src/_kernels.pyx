@@ -107,32 +107,6 @@ cdef inline Coef given(const Layout* L, Py_ssize_t off) noexcept nogil:
     return c
 
 
-cdef struct Param:
-    # A gain or bias along a run, read as whole vectors with no branch: either
-    # contiguous float64 (inc = 1) or one value repeated (inc = 0, pointing
-    # at FN_W copies of it).
-    const double* p
-    Py_ssize_t inc
-    double copies[8]
-
-
-cdef inline bint param_init(Param* q, const char* p, Py_ssize_t stride) noexcept nogil:
-    """Set q up for a parameter at p with this byte stride; false if the
-    stride is neither 0 nor one float64 (then the caller takes the scalar path)."""
-    cdef int i
-    if stride == sizeof(double):
-        q.p = <const double*>p
-        q.inc = 1
-        return True
-    if stride == 0:
-        for i in range(FN_W):
-            q.copies[i] = (<const double*>p)[0]
-        q.p = q.copies
-        q.inc = 0
-        return True
-    return False
-
-
 cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, const Param* b,
                                   Py_ssize_t n, Coef c, bint stream,
                                   in_t* ki, out_t* ko) noexcept nogil:

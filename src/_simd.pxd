@@ -22,9 +22,7 @@ cdef extern from "fastnorm_simd.h" nogil:
     fn_vd fn_mul(fn_vd a, fn_vd b)
     fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c)
     double fn_hsum(fn_vd a)
-    double fn_lane(fn_vd a, int i)
     void fn_prefetch(const void* p)
-    void fn_prefetch_l2(const void* p)
 
     fn_vd fn_load_f16(const half_t* p)
     fn_vd fn_load_f32(const float* p)
@@ -121,15 +119,27 @@ cdef inline void vstream(out_t* p, fn_vd v) noexcept nogil:
         fn_stream_f64(p, v)
 
 
-cdef inline fn_vd vparam(const char* p, Py_ssize_t stride) noexcept nogil:
-    """FN_W float64 parameters (gamma, beta, per-column statistics): a
-    broadcast value (stride 0), a contiguous run, or a strided one."""
-    cdef double tmp[8]
+cdef struct Param:
+    # A gain or bias along a run, read as whole vectors with no branch: either
+    # contiguous float64 (inc = 1) or one value repeated (inc = 0, pointing
+    # at FN_W copies of it).
+    const double* p
+    Py_ssize_t inc
+    double copies[8]
+
+
+cdef inline bint param_init(Param* q, const char* p, Py_ssize_t stride) noexcept nogil:
+    """Set q up for a parameter at p with this byte stride; false if the
+    stride is neither 0 nor one float64 (then the caller takes the scalar path)."""
     cdef int i
-    if stride == 0:
-        return fn_set1((<const double*>p)[0])
     if stride == sizeof(double):
-        return fn_load_f64(<const double*>p)
-    for i in range(FN_W):
-        tmp[i] = (<const double*>(p + i * stride))[0]
-    return fn_load_f64(tmp)
+        q.p = <const double*>p
+        q.inc = 1
+        return True
+    if stride == 0:
+        for i in range(FN_W):
+            q.copies[i] = (<const double*>p)[0]
+        q.p = q.copies
+        q.inc = 0
+        return True
+    return False

@@ -272,15 +272,6 @@ static inline void fn_prefetch(const void *p)
 #endif
 }
 
-/* The same into L2 only, for data used a little later and more than once. */
-static inline void fn_prefetch_l2(const void *p)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p, 0, 2);
-#else
-    (void)p;
-#endif
-}
 
 static inline double fn_hsum(fn_vd a)
 {

@@ -1,0 +1,224 @@
+"""Gradients: dx, dgamma and dbeta of the normalizers, from the statistics
+the forward returned (``return_stats=True``).
+
+Each is one kernel call: per slice, the sums ``A = sum(dy * gamma)`` and
+``B = sum(dy * gamma * xhat)`` in one pass over (dy, x), then dx in a second
+pass while the slice is in cache; ``dgamma = sum(dy * xhat)`` and ``dbeta =
+sum(dy)`` are summed in the first pass into per-block buffers (no temporary
+the size of the input).
+"""
+import math
+
+import numpy as np
+
+from . import _dispatch
+from ._args import FLOAT_DTYPES, as_input, axes_tuple, keepdims_shape, reduced_mask
+from ._config import get_num_threads
+from ._family import Groups
+
+
+def _pair(dy, x):
+    """dy and x as arrays of one float dtype (the wider of the two; one
+    converted copy when they differ) and the same shape."""
+    x, dy = as_input(x), as_input(dy, "dy")
+    if dy.shape != x.shape:
+        raise ValueError(f"dy has shape {dy.shape}; expected x's shape {x.shape}")
+    dt = np.promote_types(x.dtype, dy.dtype)
+    if dt not in FLOAT_DTYPES:
+        dt = np.dtype(np.float64)
+    return dy.astype(dt, copy=False), x.astype(dt, copy=False)
+
+
+def _stat(value, name, x_shape, axes):
+    """A statistic from the forward: keepdims layout, or the kept shape."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
+    keep = keepdims_shape(x_shape, axes)
+    kept = tuple(s for i, s in enumerate(x_shape) if i not in axes)
+    if a.shape == kept:
+        a = a.reshape(keep)
+    if a.shape != keep:
+        raise ValueError(f"{name} has shape {a.shape}; expected {keep} (as the forward "
+                         f"returned it) or {kept}")
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _gamma(gamma, name, x_shape, along):
+    """gamma as C-contiguous float64 in keepdims layout (ones when None), the
+    shape and dtype its gradients are returned in, and their keepdims shape."""
+    keep = tuple(x_shape[i] if i in along else 1 for i in range(len(x_shape)))
+    named = tuple(x_shape[i] for i in along)
+    if gamma is None:
+        return np.ones(keep), named, None
+    a = np.asarray(gamma)
+    if a.dtype.kind not in "fiub":
+        raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
+    if a.shape == named:
+        g = a.reshape(keep)
+    elif a.shape == keep:
+        g = a
+    else:
+        raise ValueError(f"{name} has shape {a.shape}; expected {named} or {keep} "
+                         f"(keepdims layout) for x of shape {tuple(x_shape)}")
+    return np.ascontiguousarray(g, dtype=np.float64), a.shape, (a.dtype if a.dtype.kind == "f" else None)
+
+
+def _run(dy, x, axes, mean, rstd, gamma, mode):
+    """The kernel call: dx plus float64 dgamma, dbeta in gamma's keepdims layout."""
+    dx = np.empty_like(x)
+    dgamma, dbeta = np.empty_like(gamma), np.empty_like(gamma)
+    if x.size == 0:
+        dgamma.fill(0.0)
+        dbeta.fill(0.0)
+        return dx, dgamma, dbeta
+    k = _dispatch.backward
+    k.backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
+               k.MODES[mode], get_num_threads())
+    return dx, dgamma, dbeta
+
+
+def _param_grad(g, shape, dtype, x_dtype):
+    """A parameter gradient in the parameter's shape and dtype (float32 for
+    float16/float32 inputs and float64 for float64 when gamma was None)."""
+    if dtype is None:
+        dtype = np.float64 if x_dtype == np.float64 else np.float32
+    return g.reshape(shape).astype(dtype, copy=False)
+
+
+def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1):
+    """Gradients of ``layer_norm``.
+
+    Parameters
+    ----------
+    dy : array_like
+        Gradient of the loss with respect to the output, of x's shape.
+    x : array_like
+        The forward's input.
+    mean, rstd : array_like
+        The statistics ``layer_norm(..., return_stats=True)`` returned
+        (keepdims layout; the kept shape also works).
+    gamma : array_like, optional
+        The forward's gain (None: ones).
+    axis : int or tuple of ints, optional
+        The forward's normalized axes.
+
+    Returns
+    -------
+    dx, dgamma, dbeta : ndarray
+        dx in x's dtype (the wider of x's and dy's); dgamma and dbeta in
+        gamma's shape and float dtype (the normalized shape, float32 or
+        float64, when gamma is None), returned even when gamma is None.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.array([[1.0, 2.0, 4.0]])
+    >>> y, mean, rstd = fastnorm.layer_norm(x, eps=0.0, return_stats=True)
+    >>> dx, dgamma, dbeta = fastnorm.layer_norm_backward(np.ones_like(x), x, mean, rstd)
+    >>> np.abs(dx).max() < 1e-15, dbeta
+    (np.True_, array([1., 1., 1.]))
+    """
+    dy, x = _pair(dy, x)
+    axes = axes_tuple(axis, x.ndim)
+    g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
+    dx, dg, db = _run(dy, x, axes, _stat(mean, "mean", x.shape, axes),
+                      _stat(rstd, "rstd", x.shape, axes), g, "center")
+    return dx, _param_grad(dg, shape, gdt, x.dtype), _param_grad(db, shape, gdt, x.dtype)
+
+
+def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1):
+    """Gradients of ``rms_norm``: ``(dx, dgamma)``.
+
+    ``rstd`` is what ``rms_norm(..., return_stats=True)`` returned; the rest
+    as in ``layer_norm_backward``.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.array([[3.0, 4.0]])
+    >>> y, rstd = fastnorm.rms_norm(x, eps=0.0, return_stats=True)
+    >>> dx, dgamma = fastnorm.rms_norm_backward(np.array([[1.0, 0.0]]), x, rstd)
+    >>> dx.round(4), dgamma.round(4)
+    (array([[ 0.181 , -0.1358]]), array([0.8485, 0.    ]))
+    """
+    dy, x = _pair(dy, x)
+    axes = axes_tuple(axis, x.ndim)
+    g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
+    r = _stat(rstd, "rstd", x.shape, axes)
+    dx, dg, _ = _run(dy, x, axes, np.zeros_like(r), r, g, "rms")
+    return dx, _param_grad(dg, shape, gdt, x.dtype)
+
+
+def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=True):
+    """Gradients of ``batch_norm``: ``(dx, dgamma, dbeta)``.
+
+    With ``training=True`` the gradient flows through the batch statistics;
+    with ``training=False`` (statistics were the running ones, constants)
+    ``dx = dy * gamma * rstd``.  ``mean`` and ``rstd`` are what
+    ``batch_norm(..., return_stats=True)`` returned; ``axis`` as in
+    ``batch_norm`` (default every axis but 1).
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.array([[1.0, 10.0], [3.0, 30.0]])
+    >>> y, mean, rstd = fastnorm.batch_norm(x, axis=0, eps=0.0, return_stats=True)
+    >>> dx, dgamma, dbeta = fastnorm.batch_norm_backward(y, x, mean, rstd, axis=0)
+    >>> dgamma, dbeta
+    (array([2., 2.]), array([0., 0.]))
+    """
+    dy, x = _pair(dy, x)
+    if axis is None:
+        if x.ndim < 2:
+            raise ValueError(f"batch_norm_backward with axis=None expects x of shape "
+                             f"(N, C, ...), got {x.ndim} dimension(s); pass axis= explicitly")
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+    else:
+        axes = axes_tuple(axis, x.ndim)
+    kept = tuple(i for i in range(x.ndim) if i not in axes)
+    g, shape, gdt = _gamma(gamma, "gamma", x.shape, kept)
+    dx, dg, db = _run(dy, x, axes, _stat(mean, "mean", x.shape, axes),
+                      _stat(rstd, "rstd", x.shape, axes), g,
+                      "center" if training else "scale")
+    return dx, _param_grad(dg, shape, gdt, x.dtype), _param_grad(db, shape, gdt, x.dtype)
+
+
+def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_axis=1):
+    """Gradients of ``group_norm``: ``(dx, dgamma, dbeta)``, dgamma and dbeta
+    of shape ``(C,)``.  ``mean`` and ``rstd`` are what
+    ``group_norm(..., return_stats=True)`` returned.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.arange(8.0).reshape(1, 4, 2)
+    >>> y, mean, rstd = fastnorm.group_norm(x, 2, return_stats=True)
+    >>> dx, dgamma, dbeta = fastnorm.group_norm_backward(np.ones_like(x), x, mean, rstd, 2)
+    >>> dbeta
+    array([2., 2., 2., 2.])
+    """
+    dy, x = _pair(dy, x)
+    grp = Groups(x, num_groups, channel_axis)
+    vx, vdy = grp.split(x), grp.split(dy)
+    axes = grp.reduced
+
+    def stat(value, name):
+        a = np.asarray(value)
+        if a.shape != grp.stat_shape:
+            raise ValueError(f"{name} has shape {a.shape}; expected {grp.stat_shape} "
+                             "(as group_norm returned it)")
+        return _stat(a.reshape(keepdims_shape(vx.shape, axes)), name, vx.shape, axes)
+
+    gdt = None
+    if gamma is None:
+        g = np.ones(keepdims_shape(vx.shape, tuple(i for i in range(vx.ndim)
+                                                   if i not in (grp.axis, grp.axis + 1))))
+    else:
+        g = np.ascontiguousarray(grp.channel_param(gamma, "gamma"))
+        a = np.asarray(gamma)
+        gdt = a.dtype if a.dtype.kind == "f" else None
+    dx, dg, db = _run(vdy, vx, axes, stat(mean, "mean"), stat(rstd, "rstd"), g, "center")
+    c = (grp.channels,)
+    return (dx.reshape(x.shape), _param_grad(dg, c, gdt, x.dtype),
+            _param_grad(db, c, gdt, x.dtype))

@@ -1,0 +1,510 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False, freethreading_compatible=True
+#
+# Gradients of the normalizers, on the planner (_layout.pxd) and the vector
+# primitives of the forward kernels; compiled once per instruction-set level
+# (fastnorm._backward_<level>).  For a slice with mean m, rstd r and n values,
+# xhat = (x - m) * r and gd = dy * gamma:
+#
+#   MODE_CENTER  dx = r * (gd - A/n - xhat * B/n),  A = sum(gd), B = sum(gd * xhat)
+#   MODE_RMS     the same with m = 0 and A = 0
+#   MODE_SCALE   dx = r * gd                        (batch norm in eval mode)
+#
+# and for every entry p of gamma: dgamma[p] = sum(dy * xhat), dbeta[p] =
+# sum(dy), over the elements that read gamma[p].
+#
+# Operands: x (OP_X), dy (OP_DY), dx (OP_DX), gamma (OP_G), mean and rstd
+# (OP_S).  The parameter sums go to per-block partial buffers laid out like
+# gamma (so OP_G's offsets address them), and are added up in block order:
+# blocks depend on the shape alone, so the thread count never changes a bit.
+#
+# Pass 1 reads (dy, x) for the per-slice sums A, B and the parameter sums;
+# pass 2 reads them again (from cache, for a slice that fits) and writes dx.
+
+from cython.parallel cimport prange
+from libc.stdlib cimport malloc, calloc, free
+cimport numpy as cnp
+
+from _simd cimport *
+from _layout cimport *
+
+cnp.import_array()
+
+cdef enum:
+    OP_DY = OP_B      # the layout's beta slot carries dy
+    OP_DX = OP_Y      # ...and its output slot dx
+
+cdef enum:
+    MODE_CENTER = 0
+    MODE_RMS = 1
+    MODE_SCALE = 2
+
+cdef enum:
+    MAX_BLOCKS = 64                 # partial-sum blocks at most...
+    MAX_PARTIAL_BYTES = 32 << 20    # ...and at most this much memory for them
+    SLICES_PER_BLOCK_MIN = 16
+    ROWS_PER_BLOCK_MIN = 64
+    COL_TILE = 1024                 # columns per tile (COLUMNS pattern)
+    PARALLEL_MIN = 1 << 15
+
+MODES = {"center": MODE_CENTER, "rms": MODE_RMS, "scale": MODE_SCALE}
+
+
+cdef struct Grad:
+    const Layout* L
+    int mode
+    double inv_n              # 1 / values per slice
+    Py_ssize_t n_param        # entries of gamma
+    Py_ssize_t n_blocks       # blocks of slices (SLICES) or rows (COLUMNS)
+    Py_ssize_t per_block
+    double* partial           # per block: dgamma then dbeta, n_param each
+    Py_ssize_t gshift         # where gamma's (moved) base sits in a buffer, bytes
+    double* sums              # COLUMNS: per block per slice: A, B
+    const char* gamma
+    char* dgamma
+    char* dbeta
+
+
+cdef inline Py_ssize_t block_count(Py_ssize_t units, Py_ssize_t min_per_block,
+                                   Py_ssize_t bytes_per_block) noexcept nogil:
+    """How many blocks `units` slices or rows are cut into: enough for the
+    threads, few enough for the memory; a function of the shape alone."""
+    cdef Py_ssize_t cap = MAX_PARTIAL_BYTES // max(<Py_ssize_t>1, bytes_per_block)
+    return max(<Py_ssize_t>1, min(min(<Py_ssize_t>MAX_BLOCKS, cap), units // min_per_block))
+
+
+cdef inline void add_partials(const Grad* g, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """dgamma[p] and dbeta[p] for p in [lo, hi): the blocks' sums, in block order."""
+    cdef Py_ssize_t p, b
+    cdef double sg, sb
+    cdef double* part
+    for p in range(lo, hi):
+        sg = 0.0
+        sb = 0.0
+        for b in range(g.n_blocks):
+            part = g.partial + 2 * b * g.n_param
+            sg = sg + part[p]
+            sb = sb + part[g.n_param + p]
+        (<double*>g.dgamma)[p] = sg
+        (<double*>g.dbeta)[p] = sb
+
+
+# ---------------------------------------------------------------------------
+# SLICES: blocks of whole slices; each slice is summed, then differentiated.
+
+cdef struct Sums:
+    double a    # sum(gd)
+    double b    # sum(gd * xhat)
+
+
+cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
+                          const char* gp, Py_ssize_t sg, char* pg, char* pb,
+                          Py_ssize_t n, double m, double r, Sums* acc,
+                          in_t* ki) noexcept nogil:
+    """Pass 1 along one run: A and B into acc, dy * xhat and dy into the
+    partial buffers pg, pb (gamma's layout: byte stride sg)."""
+    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), X, D, G, xh, sa = fn_zero(), sb = fn_zero()
+    cdef fn_vd sd = fn_zero(), sdx = fn_zero()
+    cdef Py_ssize_t i = 0
+    cdef double xs, ds, gs, ta = 0.0, tb = 0.0, td = 0.0, tdx = 0.0
+    if sx == sizeof(in_t) and sdy == sizeof(in_t) and sg == sizeof(double):
+        # gamma along the run (layer norm): vector sums into the buffers.
+        while i + FN_W <= n:
+            X = vload(xp + i * sx, sx, ki)
+            D = vload(dyp + i * sdy, sdy, ki)
+            G = fn_load_f64(<const double*>gp + i)
+            xh = fn_mul(fn_sub(X, vm), vr)
+            sa = fn_fma(D, G, sa)
+            sb = fn_fma(fn_mul(D, G), xh, sb)
+            fn_store_f64(<double*>pg + i, fn_fma(D, xh, fn_load_f64(<double*>pg + i)))
+            fn_store_f64(<double*>pb + i, fn_add(D, fn_load_f64(<double*>pb + i)))
+            i = i + FN_W
+    elif sx == sizeof(in_t) and sdy == sizeof(in_t) and sg == 0:
+        # One gamma for the whole run (batch norm NCHW): sums in registers.
+        while i + FN_W <= n:
+            X = vload(xp + i * sx, sx, ki)
+            D = vload(dyp + i * sdy, sdy, ki)
+            xh = fn_mul(fn_sub(X, vm), vr)
+            sd = fn_add(sd, D)
+            sdx = fn_fma(D, xh, sdx)
+            i = i + FN_W
+        td = fn_hsum(sd)
+        tdx = fn_hsum(sdx)
+        gs = (<const double*>gp)[0]
+        ta = gs * td
+        tb = gs * tdx
+        (<double*>pg)[0] += tdx
+        (<double*>pb)[0] += td
+    while i < n:
+        xs = (sload(xp + i * sx, ki) - m) * r
+        ds = sload(dyp + i * sdy, ki)
+        gs = (<const double*>(gp + i * sg))[0]
+        ta = ta + ds * gs
+        tb = tb + ds * gs * xs
+        (<double*>(pg + i * sg))[0] += ds * xs
+        (<double*>(pb + i * sg))[0] += ds
+        i = i + 1
+    acc.a = acc.a + fn_hsum(sa) + ta
+    acc.b = acc.b + fn_hsum(sb) + tb
+
+
+cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
+                        const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
+                        Py_ssize_t n, double m, double r, double a, double b,
+                        in_t* ki, out_t* ko) noexcept nogil:
+    """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b)."""
+    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b), xh, t
+    cdef Param g
+    cdef Py_ssize_t i = 0
+    cdef double xs
+    if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
+            and param_init(&g, gp, sg)):
+        while i + FN_W <= n:
+            xh = fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr)
+            t = fn_sub(fn_mul(vload(dyp + i * sdy, sdy, ki), fn_load_f64(g.p + i * g.inc)), va)
+            vstore(dxp + i * sdx, sdx, fn_mul(fn_sub(t, fn_mul(xh, vb)), vr), ko)
+            i = i + FN_W
+    while i < n:
+        xs = (sload(xp + i * sx, ki) - m) * r
+        sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * (<const double*>(gp + i * sg))[0]
+                                   - a - xs * b), ko)
+        i = i + 1
+
+
+cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
+                     in_t* ki, out_t* ko) noexcept nogil:
+    """Both passes over slice si; parameter sums into this block's part."""
+    cdef const Layout* L = g.L
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Odometer s, r
+    cdef Py_ssize_t ri, n_runs = L.slice_len // inner.size, go
+    cdef double m, rs, a = 0.0, b = 0.0
+    cdef Sums acc
+    cdef char* pg
+    cdef char* pb
+    acc.a = 0.0
+    acc.b = 0.0
+    odo_init(&s, L.kept, L.n_kept, si)
+    m = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
+    rs = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
+    odo_init(&r, L.red, L.n_red - 1, 0)
+    for ri in range(n_runs):
+        go = s.off[OP_G] + r.off[OP_G]
+        pg = <char*>part + g.gshift + go
+        pb = <char*>(part + g.n_param) + g.gshift + go
+        run_sums(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
+                 L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
+                 g.gamma + go, inner.stride[OP_G], pg, pb, inner.size, m, rs, &acc, ki)
+        odo_next(&r, L.red, L.n_red - 1)
+    if g.mode == MODE_CENTER:
+        a = acc.a * g.inv_n
+        b = acc.b * g.inv_n
+    elif g.mode == MODE_RMS:
+        b = acc.b * g.inv_n
+    odo_init(&r, L.red, L.n_red - 1, 0)
+    for ri in range(n_runs):
+        run_dx(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
+               L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
+               g.gamma + s.off[OP_G] + r.off[OP_G], inner.stride[OP_G],
+               L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], inner.stride[OP_DX],
+               inner.size, m, rs, a, b, ki, ko)
+        odo_next(&r, L.red, L.n_red - 1)
+
+
+cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
+    cdef Py_ssize_t si, lo = blk * g.per_block
+    cdef Py_ssize_t hi = min(lo + g.per_block, g.L.n_slices)
+    cdef double* part = g.partial + 2 * blk * g.n_param
+    for si in range(lo, hi):
+        grad_slice(g, si, part, ki, ko)
+
+
+# ---------------------------------------------------------------------------
+# COLUMNS: blocks of rows; within a block every tile of columns, one row at a
+# time, vectorized across the columns.
+
+cdef struct Cols:
+    # One tile of one outer kept index, as pass 1 and pass 2 see it.
+    Odometer outer
+    Py_ssize_t c0
+    Py_ssize_t width
+    Py_ssize_t slice0       # flat slice index of column c0
+    double m[COL_TILE]      # per-column mean and rstd
+    double r[COL_TILE]
+
+
+cdef inline void cols_of(const Grad* g, Py_ssize_t group, Cols* t) noexcept nogil:
+    cdef const Layout* L = g.L
+    cdef const Axis* vec = &L.kept[L.n_kept - 1]
+    cdef Py_ssize_t n_tiles = (vec.size + COL_TILE - 1) // COL_TILE, c, off
+    odo_init(&t.outer, L.kept, L.n_kept - 1, group // n_tiles)
+    t.c0 = (group % n_tiles) * COL_TILE
+    t.width = min(<Py_ssize_t>COL_TILE, vec.size - t.c0)
+    t.slice0 = (group // n_tiles) * vec.size + t.c0
+    for c in range(t.width):
+        off = t.outer.off[OP_S] + (t.c0 + c) * vec.stride[OP_S]
+        t.m[c] = (<const double*>(L.stat[0] + off))[0]
+        t.r[c] = (<const double*>(L.stat[1] + off))[0]
+
+
+cdef inline Py_ssize_t col_off(const Layout* L, const Cols* t, const Odometer* row,
+                               int k) noexcept nogil:
+    return t.outer.off[k] + row.off[k] + t.c0 * L.kept[L.n_kept - 1].stride[k]
+
+
+cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
+    """Pass 1 over one block of rows: per-column A, B and the parameter sums."""
+    cdef const Layout* L = g.L
+    cdef const Axis* vec = &L.kept[L.n_kept - 1]
+    cdef Py_ssize_t n_groups = L.n_slices // vec.size * ((vec.size + COL_TILE - 1) // COL_TILE)
+    cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
+    cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY], sg = vec.stride[OP_G]
+    cdef Py_ssize_t grp, k, c, go
+    cdef double* part = g.partial + 2 * blk * g.n_param
+    cdef double* sa
+    cdef double* sb
+    cdef Cols t
+    cdef Odometer row
+    cdef const char* xp
+    cdef const char* dyp
+    cdef const char* gp
+    cdef char* pg
+    cdef char* pb
+    cdef fn_vd X, D, G, xh, gd, sd, sdx
+    cdef double xs, ds, gs, td, tdx
+    for grp in range(n_groups):
+        cols_of(g, grp, &t)
+        sa = g.sums + 2 * (blk * L.n_slices + t.slice0)
+        sb = sa + 1
+        for c in range(t.width):
+            sa[2 * c] = 0.0
+            sb[2 * c] = 0.0
+        odo_init(&row, L.red, L.n_red, r0)
+        for k in range(nr):
+            xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
+            dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
+            go = col_off(L, &t, &row, OP_G)
+            gp = g.gamma + go
+            pg = <char*>part + g.gshift + go
+            pb = <char*>(part + g.n_param) + g.gshift + go
+            c = 0
+            td = 0.0
+            tdx = 0.0
+            if sx == sizeof(in_t) and sdy == sizeof(in_t) and (sg == 0 or sg == sizeof(double)):
+                sd = fn_zero()
+                sdx = fn_zero()
+                while c + FN_W <= t.width:
+                    X = vload(xp + c * sx, sx, ki)
+                    D = vload(dyp + c * sdy, sdy, ki)
+                    xh = fn_mul(fn_sub(X, fn_load_f64(t.m + c)), fn_load_f64(t.r + c))
+                    if sg == 0:
+                        G = fn_set1((<const double*>gp)[0])
+                        sd = fn_add(sd, D)
+                        sdx = fn_fma(D, xh, sdx)
+                    else:
+                        G = fn_load_f64(<const double*>gp + c)
+                        fn_store_f64(<double*>pg + c, fn_fma(D, xh, fn_load_f64(<double*>pg + c)))
+                        fn_store_f64(<double*>pb + c, fn_add(D, fn_load_f64(<double*>pb + c)))
+                    gd = fn_mul(D, G)
+                    col_add(sa + 2 * c, gd)
+                    col_add(sb + 2 * c, fn_mul(gd, xh))
+                    c = c + FN_W
+                if sg == 0:
+                    td = fn_hsum(sd)
+                    tdx = fn_hsum(sdx)
+            while c < t.width:
+                xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
+                ds = sload(dyp + c * sdy, ki)
+                gs = (<const double*>(gp + c * sg))[0]
+                sa[2 * c] += ds * gs
+                sb[2 * c] += ds * gs * xs
+                if sg == 0:
+                    td = td + ds
+                    tdx = tdx + ds * xs
+                else:
+                    (<double*>(pg + c * sg))[0] += ds * xs
+                    (<double*>(pb + c * sg))[0] += ds
+                c = c + 1
+            if sg == 0:
+                (<double*>pg)[0] += tdx
+                (<double*>pb)[0] += td
+            odo_next(&row, L.red, L.n_red)
+
+
+cdef inline void col_add(double* p, fn_vd v) noexcept nogil:
+    """p[2*i] += v[i]: A and B of a column sit side by side."""
+    cdef double tmp[8]
+    cdef int i
+    fn_store_f64(tmp, v)
+    for i in range(FN_W):
+        p[2 * i] += tmp[i]
+
+
+cdef void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
+    """A and B of slice si over all row blocks, in block order, scaled for
+    pass 2 (kept in block 0's place)."""
+    cdef Py_ssize_t b
+    cdef double a = 0.0, bb = 0.0
+    for b in range(g.n_blocks):
+        a = a + g.sums[2 * (b * g.L.n_slices + si)]
+        bb = bb + g.sums[2 * (b * g.L.n_slices + si) + 1]
+    if g.mode == MODE_CENTER:
+        g.sums[2 * si] = a * g.inv_n
+        g.sums[2 * si + 1] = bb * g.inv_n
+    elif g.mode == MODE_RMS:
+        g.sums[2 * si] = 0.0
+        g.sums[2 * si + 1] = bb * g.inv_n
+    else:
+        g.sums[2 * si] = 0.0
+        g.sums[2 * si + 1] = 0.0
+
+
+cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
+    """Pass 2 over one block of rows: dx = r * (dy * gamma - a - xhat * b)."""
+    cdef const Layout* L = g.L
+    cdef const Axis* vec = &L.kept[L.n_kept - 1]
+    cdef Py_ssize_t n_groups = L.n_slices // vec.size * ((vec.size + COL_TILE - 1) // COL_TILE)
+    cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
+    cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY], sg = vec.stride[OP_G]
+    cdef Py_ssize_t sdx = vec.stride[OP_DX]
+    cdef Py_ssize_t grp, k, c
+    cdef Cols t
+    cdef Odometer row
+    cdef const double* ab
+    cdef const char* xp
+    cdef const char* dyp
+    cdef const char* gp
+    cdef char* dxp
+    cdef Param gv
+    cdef fn_vd xh, tv, A, B
+    cdef double tmp_a[8]
+    cdef double tmp_b[8]
+    cdef double xs
+    cdef int i
+    for grp in range(n_groups):
+        cols_of(g, grp, &t)
+        ab = g.sums + 2 * t.slice0
+        odo_init(&row, L.red, L.n_red, r0)
+        for k in range(nr):
+            xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
+            dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
+            gp = g.gamma + col_off(L, &t, &row, OP_G)
+            dxp = L.base[OP_DX] + col_off(L, &t, &row, OP_DX)
+            c = 0
+            if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
+                    and param_init(&gv, gp, sg)):
+                while c + FN_W <= t.width:
+                    for i in range(FN_W):
+                        tmp_a[i] = ab[2 * (c + i)]
+                        tmp_b[i] = ab[2 * (c + i) + 1]
+                    A = fn_load_f64(tmp_a)
+                    B = fn_load_f64(tmp_b)
+                    xh = fn_mul(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.m + c)),
+                                fn_load_f64(t.r + c))
+                    tv = fn_sub(fn_mul(vload(dyp + c * sdy, sdy, ki),
+                                       fn_load_f64(gv.p + c * gv.inc)), A)
+                    vstore(dxp + c * sdx, sdx,
+                           fn_mul(fn_sub(tv, fn_mul(xh, B)), fn_load_f64(t.r + c)), ko)
+                    c = c + FN_W
+            while c < t.width:
+                xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
+                sstore(dxp + c * sdx, t.r[c] * (sload(dyp + c * sdy, ki)
+                                                 * (<const double*>(gp + c * sg))[0]
+                                                 - ab[2 * c] - xs * ab[2 * c + 1]), ko)
+                c = c + 1
+            odo_next(&row, L.red, L.n_red)
+
+
+# ---------------------------------------------------------------------------
+
+cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
+    cdef const Layout* L = g.L
+    cdef Py_ssize_t i, n_blocks
+    cdef Py_ssize_t units = L.slice_len if L.columns else L.n_slices
+    cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
+    n_blocks = block_count(units, ROWS_PER_BLOCK_MIN if L.columns else SLICES_PER_BLOCK_MIN,
+                           per_unit * sizeof(double))
+    g.per_block = (units + n_blocks - 1) // n_blocks
+    g.n_blocks = (units + g.per_block - 1) // g.per_block
+    g.partial = <double*>calloc(2 * g.n_blocks * g.n_param, sizeof(double))
+    g.sums = NULL
+    if g.partial == NULL:
+        return -1
+    if L.columns:
+        g.sums = <double*>malloc(2 * g.n_blocks * L.n_slices * sizeof(double))
+        if g.sums == NULL:
+            free(g.partial)
+            return -1
+    nthreads = min(<Py_ssize_t>nthreads, g.n_blocks)
+    if L.columns:
+        for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+            cols_sums(g, i, ki)
+        for i in prange(L.n_slices, num_threads=nthreads, schedule="static"):
+            cols_fold(g, i)
+        for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+            cols_dx(g, i, ki, ko)
+    else:
+        for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+            slice_block(g, i, ki, ko)
+    add_partials(g, 0, g.n_param)
+    free(g.partial)
+    free(g.sums)
+    return 0
+
+
+cdef int run_in(Grad* g, int nthreads, int out_code, in_t* ki) noexcept nogil:
+    if out_code == 0:
+        return run(g, nthreads, ki, <half_t*>NULL)
+    if out_code == 1:
+        return run(g, nthreads, ki, <float*>NULL)
+    return run(g, nthreads, ki, <double*>NULL)
+
+
+cdef int type_code(cnp.ndarray a) except -1:
+    cdef int t = cnp.PyArray_TYPE(a)
+    if t == cnp.NPY_FLOAT16:
+        return 0
+    if t == cnp.NPY_FLOAT:
+        return 1
+    if t == cnp.NPY_DOUBLE:
+        return 2
+    raise TypeError(f"kernel got dtype {a.dtype}")
+
+
+def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
+             cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
+             tuple reduced, int mode, int nthreads):
+    """One backward call.  dy and x share a float dtype; dx has x's shape;
+    gamma, dgamma, dbeta are C-contiguous float64 arrays of one keepdims shape
+    (gamma all ones where the forward had none); mean and rstd C-contiguous
+    float64 in keepdims layout (mean zeros for RMS)."""
+    cdef Layout L
+    cdef Grad g
+    cdef int rc, in_code = type_code(x), out_code = type_code(dx)
+    if type_code(dy) != in_code:
+        raise TypeError("dy and x must have the same dtype")
+    # Slots: x, dx (output), gamma (its strides also address the gradient
+    # buffers), dy (the beta slot), statistics.
+    make_layout(&L, x, (dx, gamma, dy, mean, rstd, None), reduced)
+    g.L = &L
+    g.mode = mode
+    g.inv_n = 1.0 / <double>L.slice_len
+    g.n_param = gamma.size
+    g.gamma = <const char*>cnp.PyArray_DATA(gamma)
+    g.dgamma = <char*>cnp.PyArray_DATA(dgamma)
+    g.dbeta = <char*>cnp.PyArray_DATA(dbeta)
+    # make_layout may have walked negative x strides forwards, moving gamma's
+    # base; the partial buffers (gamma's layout) move the same way.
+    g.gshift = L.base[OP_G] - g.gamma
+    g.gamma = <const char*>L.base[OP_G]
+    if L.n_slices * L.slice_len < PARALLEL_MIN:
+        nthreads = 1
+    with nogil:
+        if in_code == 0:
+            rc = run_in(&g, nthreads, out_code, <half_t*>NULL)
+        elif in_code == 1:
+            rc = run_in(&g, nthreads, out_code, <float*>NULL)
+        else:
+            rc = run_in(&g, nthreads, out_code, <double*>NULL)
+    if rc != 0:
+        raise MemoryError("fastnorm: could not allocate scratch memory")
