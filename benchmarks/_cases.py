@@ -1,8 +1,9 @@
 """What the asv suite measures: one table, ``OPS``.
 
 Each entry names a public function, the layouts it is timed on (with the
-``axis=`` a user passes for that layout) and a builder.  A builder gets a
-``Case`` (the input array and its axes) and returns two zero-argument
+layout's argument: ``axis=`` for most functions, ``channel_axis=`` for
+group/instance norm) and a builder.  A builder gets a ``Case`` (the input
+array, that argument, the reduced axes) and returns two zero-argument
 callables: the fastnorm call, and the NumPy code a user would write for the
 same result.  ``bench_fastnorm.py`` turns every entry into three benchmark
 classes (fastnorm time, fastnorm peak memory, NumPy time and peak memory),
@@ -10,8 +11,8 @@ so adding a function is one ``Op(...)`` line here plus its builder, e.g.::
 
     def _layer_norm_backward(c):
         fn = c.function("layer_norm_backward")
-        g, g_b = c.param(over_reduced=True, base=1.0)
-        _, m, rstd = c.function("layer_norm")(c.x, axis=c.axis, eps=EPS, return_stats=True)
+        g, g_b = c.param(c.reduced, base=1.0)
+        _, m, rstd = c.function("layer_norm")(c.x, g, axis=c.axis, eps=EPS, return_stats=True)
         dy = c.like_x(seed=1)
 
         def numpy():
@@ -23,6 +24,8 @@ so adding a function is one ``Op(...)`` line here plus its builder, e.g.::
 
 A function that a benchmarked commit does not have is reported as skipped
 (n/a) for that commit, so new entries do not break runs over old releases.
+``python -I scripts/check_benchmarks.py`` checks every entry against its
+NumPy baseline in a few seconds.
 """
 import os
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ import numpy as np
 
 EPS = 1e-5
 MOMENTUM = 0.1
+GROUPS = 8   # group_norm's num_groups: divides every channel count below
 
 DTYPES = ("float32", "float64", "float16")
 SIZES = ("small", "large")
@@ -39,22 +43,30 @@ SIZES = ("small", "large")
 # when that is set (see all_threads()).
 THREADS = ("1", "all")
 
-# Shapes per layout and size.  "small" is 65536 values (256 KiB in float32:
-# in cache, call overhead shows); "large" is 4 Mi values (16 MiB in float32,
-# 32 MiB in float64, 8 MiB in float16: memory-bound).
+# Shapes per layout and size, all C order.  "small" is 65536 values (256 KiB
+# in float32: in cache, call overhead shows); "large" is 4 Mi values (16 MiB
+# in float32, 32 MiB in float64, 8 MiB in float16: memory bound).
 SHAPES = {
+    # 2-D, reduced over the last axis (contiguous slices) ...
     "rows": {"small": (256, 256), "large": (4096, 1024)},
+    # ... or over axis 0 (the kept axis is the contiguous one; (N, C) batch norm)
     "columns": {"small": (256, 256), "large": (4096, 1024)},
+    # images, channels on axis 1 or axis 3
     "NCHW": {"small": (4, 16, 32, 32), "large": (16, 64, 64, 64)},
     "NHWC": {"small": (4, 32, 32, 16), "large": (16, 64, 64, 64)},
+    # convolution weights (out, in, kh, kw), one statistic per output channel
+    "OIHW": {"small": (64, 64, 4, 4), "large": (512, 512, 4, 4)},
 }
-# "rows" and "columns" are the same C-order 2-D arrays, reduced over the last
-# axis (the contiguous one) or over axis 0 (the kept axis is contiguous).
-# NCHW and NHWC are C-order 4-D arrays; channels are axis 1 or axis 3.
 
 
 def all_axes(ndim):
     return tuple(range(ndim))
+
+
+def all_but_0(ndim):
+    """weight_norm's and weight_standardize's default: one statistic per row
+    (output unit)."""
+    return tuple(range(1, ndim))
 
 
 def all_but_1(ndim):
@@ -65,9 +77,9 @@ def all_but_1(ndim):
 @dataclass(frozen=True)
 class Op:
     name: str            # benchmark name (the class names are made from it)
-    layouts: dict        # layout name -> the axis= argument passed for it
+    layouts: dict        # layout name -> the builder's argument (Case.axis) for it
     build: Callable      # Case -> (fastnorm callable, NumPy callable)
-    default_axes: Callable = all_axes   # reduced axes for axis=None, from x.ndim
+    default_axes: Callable = all_axes   # Case.reduced when the argument is None
 
 
 def data_file(layout, size, dtype):
@@ -76,24 +88,25 @@ def data_file(layout, size, dtype):
     return f"x_{'x'.join(map(str, shape))}_{dtype}.npy"
 
 
+def make_input(shape, dtype):
+    """Input values: 1 + standard normal, made in float64 and rounded to
+    dtype; the same shape gets the same values in every run."""
+    rng = np.random.default_rng(int(np.prod(shape)) + len(shape))
+    return (1.0 + rng.standard_normal(shape)).astype(dtype)
+
+
 def write_inputs(directory="."):
-    """Write every input array once (asv setup_cache); returns their names.
-    Values are standard normal with a common offset, made in float64 and
-    rounded to each dtype; the same shape gets the same values in every run."""
+    """Write every input array once (asv setup_cache); returns
+    {(layout, size, dtype): file name}."""
     names = {}
     for layout, sizes in SHAPES.items():
         for size, shape in sizes.items():
-            seed = int(np.prod(shape)) + len(shape)
-            base = None
             for dtype in DTYPES:
                 name = data_file(layout, size, dtype)
                 names[layout, size, dtype] = name
                 path = os.path.join(directory, name)
-                if os.path.exists(path):
-                    continue
-                if base is None:
-                    base = 1.0 + np.random.default_rng(seed).standard_normal(shape)
-                np.save(path, base.astype(dtype))
+                if not os.path.exists(path):
+                    np.save(path, make_input(shape, dtype))
     return names
 
 
@@ -109,19 +122,21 @@ def all_threads():
 
 
 class Case:
-    """One benchmark point: the input array, the axis= argument, and the
-    reduced axes as a tuple (for the NumPy side)."""
+    """One benchmark point: the input ``x``, the layout's argument ``axis``
+    (as the user passes it), and ``reduced``/``kept``, x's axes as tuples
+    (``axis`` resolved, None meaning the op's default)."""
 
-    def __init__(self, x, axis, default_reduced):
+    def __init__(self, x, axis, default_axes=all_axes):
         self.x = x
         self.axis = axis
         if axis is None:
-            reduced = default_reduced(x.ndim)
+            reduced = default_axes(x.ndim)
         elif isinstance(axis, int):
             reduced = (axis % x.ndim,)
         else:
             reduced = tuple(a % x.ndim for a in axis)
         self.reduced = reduced
+        self.kept = tuple(a for a in range(x.ndim) if a not in reduced)
         self.missing = []
 
     def function(self, name):
@@ -143,14 +158,14 @@ class Case:
         rng = np.random.default_rng(seed)
         return rng.standard_normal(self.x.shape).astype(self.x.dtype)
 
-    def param(self, *, over_reduced, base, spread=0.1, dtype=None, seed=2):
-        """A parameter as fastnorm takes it (normalized shape when
-        over_reduced, else kept shape) and the same values as NumPy
-        broadcasting needs them (size-1 axes in place of the others)."""
+    def param(self, axes, *, base, spread=0.1, dtype=None, seed=2):
+        """A parameter spanning x's `axes`, as fastnorm takes it (shape
+        ``x.shape`` over `axes`) and the same values as NumPy broadcasting
+        needs them (size-1 axes in place of the others).  x's dtype unless
+        `dtype` is given."""
         x = self.x
-        own = [(i in self.reduced) == over_reduced for i in range(x.ndim)]
-        shape = tuple(s for s, b in zip(x.shape, own) if b)
-        bshape = tuple(s if b else 1 for s, b in zip(x.shape, own))
+        shape = tuple(x.shape[a] for a in axes)
+        bshape = tuple(s if i in axes else 1 for i, s in enumerate(x.shape))
         rng = np.random.default_rng(seed)
         p = (base + spread * rng.standard_normal(shape)).astype(dtype or x.dtype)
         return p, p.reshape(bshape)
@@ -177,8 +192,8 @@ def _mean_var(c):
 def _layer_norm(c):
     fn = c.function("layer_norm")
     x, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
-    g, g_b = c.param(over_reduced=True, base=1.0, seed=2)
-    b, b_b = c.param(over_reduced=True, base=0.0, seed=3)
+    g, g_b = c.param(red, base=1.0, seed=2)
+    b, b_b = c.param(red, base=0.0, seed=3)
 
     def numpy():
         m = x.mean(red, dtype=acc, keepdims=True)
@@ -191,7 +206,7 @@ def _layer_norm(c):
 def _rms_norm(c):
     fn = c.function("rms_norm")
     x, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
-    g, g_b = c.param(over_reduced=True, base=1.0)
+    g, g_b = c.param(red, base=1.0)
 
     def numpy():
         ms = np.mean(np.square(x, dtype=acc), axis=red, keepdims=True)
@@ -203,11 +218,11 @@ def _rms_norm(c):
 def _batch_norm_train(c):
     fn = c.function("batch_norm")
     x, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
-    g, g_b = c.param(over_reduced=False, base=1.0, seed=2)
-    b, b_b = c.param(over_reduced=False, base=0.0, seed=3)
+    g, g_b = c.param(c.kept, base=1.0, seed=2)
+    b, b_b = c.param(c.kept, base=0.0, seed=3)
     # running statistics in float32, updated in place by both sides
-    rm, rm_b = c.param(over_reduced=False, base=0.0, dtype=np.float32, seed=4)
-    rv, rv_b = c.param(over_reduced=False, base=1.0, dtype=np.float32, seed=5)
+    rm, rm_b = c.param(c.kept, base=0.0, dtype=np.float32, seed=4)
+    rv, rv_b = c.param(c.kept, base=1.0, dtype=np.float32, seed=5)
     n = int(np.prod([x.shape[a] for a in red]))
 
     def numpy():
@@ -224,10 +239,10 @@ def _batch_norm_train(c):
 def _batch_norm_eval(c):
     fn = c.function("batch_norm")
     x, axis = c.x, c.axis
-    g, g_b = c.param(over_reduced=False, base=1.0, seed=2)
-    b, b_b = c.param(over_reduced=False, base=0.0, seed=3)
-    rm, rm_b = c.param(over_reduced=False, base=0.0, dtype=np.float32, seed=4)
-    rv, rv_b = c.param(over_reduced=False, base=1.0, dtype=np.float32, seed=5)
+    g, g_b = c.param(c.kept, base=1.0, seed=2)
+    b, b_b = c.param(c.kept, base=0.0, seed=3)
+    rm, rm_b = c.param(c.kept, base=0.0, dtype=np.float32, seed=4)
+    rv, rv_b = c.param(c.kept, base=1.0, dtype=np.float32, seed=5)
 
     def numpy():
         return ((x - rm_b) / np.sqrt(rv_b + EPS) * g_b + b_b).astype(x.dtype, copy=False)
@@ -236,7 +251,67 @@ def _batch_norm_eval(c):
             numpy)
 
 
+def _grouped(c, groups):
+    """Group norm's NumPy side: x's channel axis split into (groups,
+    channels per group) (a view), statistics over the group's channels and
+    every axis but 0 and the group axis."""
+    x, ch, acc = c.x, c.axis % c.x.ndim, _acc(c.x)
+    g, g_b = c.param((ch,), base=1.0, seed=2)
+    b, b_b = c.param((ch,), base=0.0, seed=3)
+    split = x.shape[:ch] + (groups, x.shape[ch] // groups) + x.shape[ch + 1:]
+    red = tuple(a for a in range(1, x.ndim + 1) if a != ch)
+
+    def numpy():
+        xs = x.reshape(split)
+        m = xs.mean(red, dtype=acc, keepdims=True)
+        v = xs.var(red, dtype=acc, keepdims=True)
+        y = ((xs - m) / np.sqrt(v + EPS)).reshape(x.shape)
+        return (y * g_b + b_b).astype(x.dtype, copy=False)
+
+    return g, b, numpy
+
+
+def _group_norm(c):
+    fn = c.function("group_norm")
+    g, b, numpy = _grouped(c, GROUPS)
+    x, ch = c.x, c.axis
+    return lambda: fn(x, GROUPS, g, b, channel_axis=ch, eps=EPS), numpy
+
+
+def _instance_norm(c):
+    fn = c.function("instance_norm")
+    g, b, numpy = _grouped(c, c.x.shape[c.axis])
+    x, ch = c.x, c.axis
+    return lambda: fn(x, g, b, channel_axis=ch, eps=EPS), numpy
+
+
+def _weight_norm(c):
+    fn = c.function("weight_norm")
+    v, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
+    g, g_b = c.param(c.kept, base=1.0)
+
+    def numpy():
+        norm = np.sqrt(np.sum(np.square(v, dtype=acc), axis=red, keepdims=True))
+        return (g_b * v / norm).astype(v.dtype, copy=False)
+
+    return lambda: fn(v, g, axis=axis), numpy
+
+
+def _weight_standardize(c):
+    fn = c.function("weight_standardize")
+    w, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
+
+    def numpy():
+        m = w.mean(red, dtype=acc, keepdims=True)
+        v = w.var(red, dtype=acc, keepdims=True)
+        return ((w - m) / np.sqrt(v + EPS)).astype(w.dtype, copy=False)
+
+    return lambda: fn(w, axis=axis, eps=EPS), numpy
+
+
 # ---------------------------------------------------------------- the table
+#
+# name, {layout: argument}, builder[, reduced axes when the argument is None]
 
 OPS = [
     Op("mean_var", {"rows": -1, "columns": 0, "NCHW": (0, 2, 3), "NHWC": (0, 1, 2)}, _mean_var),
@@ -245,4 +320,8 @@ OPS = [
     Op("batch_norm", {"columns": None, "NCHW": None, "NHWC": (0, 1, 2)}, _batch_norm_train,
        all_but_1),
     Op("batch_norm_eval", {"NCHW": None, "NHWC": (0, 1, 2)}, _batch_norm_eval, all_but_1),
+    Op("group_norm", {"NCHW": 1, "NHWC": -1}, _group_norm),           # argument: channel_axis
+    Op("instance_norm", {"NCHW": 1, "NHWC": -1}, _instance_norm),     # argument: channel_axis
+    Op("weight_norm", {"rows": None, "OIHW": None}, _weight_norm, all_but_0),
+    Op("weight_standardize", {"rows": None, "OIHW": None}, _weight_standardize, all_but_0),
 ]

@@ -61,10 +61,14 @@ def _camel(name):
 
 
 def _version(op):
-    """Changes when this entry's measurement changes (builder, layouts,
-    shapes, or the generated code), not when other entries are added."""
+    """Changes when this entry's measurement changes (its builder and the
+    helpers it calls, its layouts, the shapes, the generated code), not when
+    other entries are added; results of an older version are not compared."""
+    helpers = [getattr(_cases, n, None) for n in op.build.__code__.co_names]
+    helpers = [h for h in helpers if inspect.isfunction(h)]
     parts = [op.name, repr(op.layouts), repr(_cases.SHAPES), inspect.getsource(op.build),
-             inspect.getsource(_cases.Case), inspect.getsource(_cases.write_inputs),
+             *map(inspect.getsource, helpers),
+             inspect.getsource(_cases.Case), inspect.getsource(_cases.make_input),
              inspect.getsource(_Inputs), inspect.getsource(_make_classes)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
