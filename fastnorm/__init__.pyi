@@ -171,6 +171,7 @@ def layer_norm_backward(
     gamma: ArrayLike | None = None,
     *,
     axis: _Axis = -1,
+    out: _Out = None,
 ) -> tuple[_Array, _Array, _Array]: ...
 def rms_norm_backward(
     dy: ArrayLike,
@@ -179,6 +180,7 @@ def rms_norm_backward(
     gamma: ArrayLike | None = None,
     *,
     axis: _Axis = -1,
+    out: _Out = None,
 ) -> tuple[_Array, _Array]: ...
 def batch_norm_backward(
     dy: ArrayLike,
@@ -189,6 +191,7 @@ def batch_norm_backward(
     *,
     axis: _Axis = None,
     training: bool = True,
+    out: _Out = None,
 ) -> tuple[_Array, _Array, _Array]: ...
 def group_norm_backward(
     dy: ArrayLike,
@@ -199,6 +202,7 @@ def group_norm_backward(
     gamma: ArrayLike | None = None,
     *,
     channel_axis: int = 1,
+    out: _Out = None,
 ) -> tuple[_Array, _Array, _Array]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int | None) -> None: ...

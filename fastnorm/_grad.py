@@ -12,7 +12,8 @@ import math
 import numpy as np
 
 from . import _dispatch
-from ._args import FLOAT_DTYPES, as_input, axes_tuple, keepdims_shape, reduced_mask
+from ._args import (FLOAT_DTYPES, as_input, axes_tuple, check_out, keepdims_shape,
+                    reduced_mask, split_out, writable_target)
 from ._config import get_num_threads
 from ._family import Groups
 
@@ -64,9 +65,13 @@ def _gamma(gamma, name, x_shape, along):
     return np.ascontiguousarray(g, dtype=np.float64), a.shape, (a.dtype if a.dtype.kind == "f" else None)
 
 
-def _run(dy, x, axes, mean, rstd, gamma, mode):
-    """The kernel call: dx plus float64 dgamma, dbeta in gamma's keepdims layout."""
-    dx = np.empty_like(x)
+def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
+    """The kernel call: dx (into dx_out when given) plus float64 dgamma, dbeta
+    in gamma's keepdims layout."""
+    dx, final = writable_target(dx_out, x, x.dtype)
+    if final is None and dx_out is not None and (np.may_share_memory(dx, dy)
+                                                 and dx is not dy):
+        dx, final = np.empty_like(x), dx_out  # dx overlaps dy other than exactly
     dgamma, dbeta = np.empty_like(gamma), np.empty_like(gamma)
     if x.size == 0:
         dgamma.fill(0.0)
@@ -75,18 +80,46 @@ def _run(dy, x, axes, mean, rstd, gamma, mode):
     k = _dispatch.backward
     k.backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
                k.MODES[mode], get_num_threads())
+    if final is not None:
+        np.copyto(final, dx)
+        dx = final
     return dx, dgamma, dbeta
 
 
-def _param_grad(g, shape, dtype, x_dtype):
-    """A parameter gradient in the parameter's shape and dtype (float32 for
-    float16/float32 inputs and float64 for float64 when gamma was None)."""
-    if dtype is None:
-        dtype = np.float64 if x_dtype == np.float64 else np.float32
-    return g.reshape(shape).astype(dtype, copy=False)
+def _outs(out, n, x, shape, dtype):
+    """out= of a backward: dx alone or a tuple (dx, dgamma[, dbeta]); every
+    array checked before anything is written."""
+    outs = split_out(out, n)
+    if outs[0] is not None:
+        check_out(outs[0], "out", x.shape, x.dtype)
+    for i, o in enumerate(outs[1:], start=1):
+        if o is not None:
+            check_out(o, f"out[{i}]", shape, dtype)
+    return outs
 
 
-def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1):
+def _deliver(grad, out):
+    if out is None:
+        return grad
+    np.copyto(out, grad)
+    return out
+
+
+def _param_dtype(gamma_dtype, x_dtype):
+    """Parameter gradients come in gamma's float dtype; with no (float)
+    gamma, float32 for float16/float32 inputs and float64 for float64."""
+    if gamma_dtype is not None:
+        return np.dtype(gamma_dtype)
+    return np.dtype(np.float64 if x_dtype == np.float64 else np.float32)
+
+
+def _param_grad(g, shape, dtype, out):
+    """A float64 parameter gradient in the parameter's shape and dtype,
+    into out when given."""
+    return _deliver(g.reshape(shape).astype(dtype, copy=False), out)
+
+
+def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     """Gradients of ``layer_norm``.
 
     Parameters
@@ -102,6 +135,10 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1):
         The forward's gain (None: ones).
     axis : int or tuple of ints, optional
         The forward's normalized axes.
+    out : ndarray or tuple, optional
+        Arrays for the results: dx alone, or ``(dx, dgamma, dbeta)`` (entries
+        may be None), of the results' shapes and dtypes; ``out=dy`` or
+        ``out=x`` works in place.
 
     Returns
     -------
@@ -122,16 +159,18 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1):
     dy, x = _pair(dy, x)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
+    pdt = _param_dtype(gdt, x.dtype)
+    outs = _outs(out, 3, x, shape, pdt)
     dx, dg, db = _run(dy, x, axes, _stat(mean, "mean", x.shape, axes),
-                      _stat(rstd, "rstd", x.shape, axes), g, "center")
-    return dx, _param_grad(dg, shape, gdt, x.dtype), _param_grad(db, shape, gdt, x.dtype)
+                      _stat(rstd, "rstd", x.shape, axes), g, "center", outs[0])
+    return dx, _param_grad(dg, shape, pdt, outs[1]), _param_grad(db, shape, pdt, outs[2])
 
 
-def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1):
+def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None):
     """Gradients of ``rms_norm``: ``(dx, dgamma)``.
 
     ``rstd`` is what ``rms_norm(..., return_stats=True)`` returned; the rest
-    as in ``layer_norm_backward``.
+    as in ``layer_norm_backward`` (``out`` a tuple ``(dx, dgamma)``).
 
     Examples
     --------
@@ -145,19 +184,23 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1):
     dy, x = _pair(dy, x)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
+    pdt = _param_dtype(gdt, x.dtype)
+    outs = _outs(out, 2, x, shape, pdt)
     r = _stat(rstd, "rstd", x.shape, axes)
-    dx, dg, _ = _run(dy, x, axes, np.zeros_like(r), r, g, "rms")
-    return dx, _param_grad(dg, shape, gdt, x.dtype)
+    dx, dg, _ = _run(dy, x, axes, np.zeros_like(r), r, g, "rms", outs[0])
+    return dx, _param_grad(dg, shape, pdt, outs[1])
 
 
-def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=True):
+def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=True,
+                        out=None):
     """Gradients of ``batch_norm``: ``(dx, dgamma, dbeta)``.
 
     With ``training=True`` the gradient flows through the batch statistics;
     with ``training=False`` (statistics were the running ones, constants)
     ``dx = dy * gamma * rstd``.  ``mean`` and ``rstd`` are what
     ``batch_norm(..., return_stats=True)`` returned; ``axis`` as in
-    ``batch_norm`` (default every axis but 1).
+    ``batch_norm`` (default every axis but 1); ``out`` as in
+    ``layer_norm_backward``.
 
     Examples
     --------
@@ -178,16 +221,20 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
         axes = axes_tuple(axis, x.ndim)
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, kept)
+    pdt = _param_dtype(gdt, x.dtype)
+    outs = _outs(out, 3, x, shape, pdt)
     dx, dg, db = _run(dy, x, axes, _stat(mean, "mean", x.shape, axes),
                       _stat(rstd, "rstd", x.shape, axes), g,
-                      "center" if training else "scale")
-    return dx, _param_grad(dg, shape, gdt, x.dtype), _param_grad(db, shape, gdt, x.dtype)
+                      "center" if training else "scale", outs[0])
+    return dx, _param_grad(dg, shape, pdt, outs[1]), _param_grad(db, shape, pdt, outs[2])
 
 
-def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_axis=1):
+def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_axis=1,
+                        out=None):
     """Gradients of ``group_norm``: ``(dx, dgamma, dbeta)``, dgamma and dbeta
     of shape ``(C,)``.  ``mean`` and ``rstd`` are what
-    ``group_norm(..., return_stats=True)`` returned.
+    ``group_norm(..., return_stats=True)`` returned; ``out`` as in
+    ``layer_norm_backward``.
 
     Examples
     --------
@@ -211,14 +258,19 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
         return _stat(a.reshape(keepdims_shape(vx.shape, axes)), name, vx.shape, axes)
 
     gdt = None
+    if gamma is not None:
+        a = np.asarray(gamma)
+        gdt = a.dtype if a.dtype.kind == "f" else None
+    c = (grp.channels,)
+    pdt = _param_dtype(gdt, x.dtype)
+    outs = _outs(out, 3, x, c, pdt)
     if gamma is None:
         g = np.ones(keepdims_shape(vx.shape, tuple(i for i in range(vx.ndim)
                                                    if i not in (grp.axis, grp.axis + 1))))
     else:
         g = np.ascontiguousarray(grp.channel_param(gamma, "gamma"))
-        a = np.asarray(gamma)
-        gdt = a.dtype if a.dtype.kind == "f" else None
-    dx, dg, db = _run(vdy, vx, axes, stat(mean, "mean"), stat(rstd, "rstd"), g, "center")
-    c = (grp.channels,)
-    return (dx.reshape(x.shape), _param_grad(dg, c, gdt, x.dtype),
-            _param_grad(db, c, gdt, x.dtype))
+    dx_out = None if outs[0] is None else grp.split(outs[0])
+    dx, dg, db = _run(vdy, vx, axes, stat(mean, "mean"), stat(rstd, "rstd"), g, "center",
+                      dx_out)
+    dx = dx.reshape(x.shape) if outs[0] is None else outs[0]
+    return dx, _param_grad(dg, c, pdt, outs[1]), _param_grad(db, c, pdt, outs[2])
