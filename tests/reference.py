@@ -213,3 +213,135 @@ def fingerprint(a):
         return None
     a = np.asarray(a)
     return (a.shape, a.dtype.str, a.strides, a.tobytes())
+
+
+# --------------------------------------------------------------------------
+# the rest of the family: group/instance norm, weight norm and standardization
+
+def group_view_shape(shape, num_groups, channel_axis):
+    """x's shape with the channel axis split into (groups, channels per group)."""
+    ch = channel_axis % len(shape)
+    return tuple(shape[:ch]) + (num_groups, shape[ch] // num_groups) + tuple(shape[ch + 1:])
+
+
+def group_param(p, shape, num_groups, channel_axis):
+    """A per-channel parameter ((C,) or keepdims) in the split view's keepdims layout."""
+    if p is None:
+        return None
+    ch = channel_axis % len(shape)
+    vshape = group_view_shape(shape, num_groups, ch)
+    keep = [1] * len(vshape)
+    keep[ch], keep[ch + 1] = vshape[ch], vshape[ch + 1]
+    return np.asarray(p, dtype=np.float64).reshape(keep)
+
+
+def ref_group_norm(x, num_groups, channel_axis=1, gamma=None, beta=None, eps=1e-5):
+    """Group norm in float64: layer norm of the split view over every axis but
+    0 and the group axis.  Returns (y, mean, rstd), the statistics in x's
+    shape with the channel axis holding the groups and the others (but 0) 1."""
+    xd = np.asarray(x, dtype=np.float64)
+    ch = channel_axis % xd.ndim
+    v = xd.reshape(group_view_shape(xd.shape, num_groups, ch))
+    axes = tuple(i for i in range(1, v.ndim) if i != ch)
+    g = group_param(gamma, xd.shape, num_groups, ch)
+    b = group_param(beta, xd.shape, num_groups, ch)
+    y, mean, rstd, _, _ = ref_layer_norm(v, axes, g, b, eps)
+    sshape = tuple(xd.shape[0] if i == 0 else (num_groups if i == ch else 1)
+                   for i in range(xd.ndim))
+    return y.reshape(xd.shape), mean.reshape(sshape), rstd.reshape(sshape)
+
+
+def ref_weight_norm(v, axes, g=None):
+    """(w, norm): w = g * v / ||v|| over axes, norm in keepdims layout."""
+    vd = np.asarray(v, dtype=np.float64)
+    norm = np.sqrt((vd * vd).sum(axis=axes, keepdims=True))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = vd / norm
+    return (w if g is None else w * g), norm
+
+
+# --------------------------------------------------------------------------
+# gradients
+
+def ref_norm_grads(dy, x, axes, along, gamma=None, mode="center", eps=1e-5, stats=None):
+    """Closed-form float64 gradients of y = xhat * gamma + beta, xhat = (x -
+    mean) * rstd per slice over `axes`:
+
+      center  dx = r * (gd - mean(gd) - xhat * mean(gd * xhat))   (layer,
+              batch in training, group norm on the split view)
+      rms     dx = r * (gd - xhat * mean(gd * xhat)), mean = 0
+      scale   dx = r * gd, with the given (mean, rstd) (batch norm in eval)
+
+    with gd = dy * gamma and the means over each slice; dgamma = sum(dy *
+    xhat) and dbeta = sum(dy) over every axis that gamma does not vary along.
+    gamma is in keepdims layout (None: ones).  Returns a dict with dx, dgamma
+    and dbeta (keepdims layout of the parameter), and for each the sum of the
+    magnitudes of its terms ('dx_scale', ...) to scale tolerances."""
+    xd = np.asarray(x, dtype=np.float64)
+    dyd = np.asarray(dy, dtype=np.float64)
+    n = math.prod(xd.shape[a] for a in axes)
+    if mode == "scale":
+        mean, rstd = (np.asarray(s, dtype=np.float64) for s in stats)
+    elif mode == "rms":
+        mean = np.zeros(keep_shape(xd.shape, axes))
+        rstd = 1 / np.sqrt((xd * xd).sum(axis=axes, keepdims=True) / n + eps)
+    else:
+        _, mean, m2, _, _ = moments(xd, axes)
+        rstd = 1 / np.sqrt(m2 / n + eps)
+    g = np.ones(()) if gamma is None else np.asarray(gamma, dtype=np.float64)
+    xhat = (xd - mean) * rstd
+    gd = dyd * g
+    mean_gd = gd.sum(axis=axes, keepdims=True) / n
+    mean_gdx = (gd * xhat).sum(axis=axes, keepdims=True) / n
+    abs_gd = np.abs(gd).sum(axis=axes, keepdims=True) / n
+    abs_gdx = np.abs(gd * xhat).sum(axis=axes, keepdims=True) / n
+    if mode == "center":
+        dx = rstd * (gd - mean_gd - xhat * mean_gdx)
+        dx_scale = rstd * (np.abs(gd) + abs_gd + np.abs(xhat) * abs_gdx)
+    elif mode == "rms":
+        dx = rstd * (gd - xhat * mean_gdx)
+        dx_scale = rstd * (np.abs(gd) + np.abs(xhat) * abs_gdx)
+    else:
+        dx = rstd * gd
+        dx_scale = np.abs(dx)
+    psum = tuple(i for i in range(xd.ndim) if i not in along)
+    return dict(
+        dx=dx, dx_scale=dx_scale,
+        dgamma=(dyd * xhat).sum(axis=psum, keepdims=True),
+        dgamma_scale=np.abs(dyd * xhat).sum(axis=psum, keepdims=True),
+        dbeta=dyd.sum(axis=psum, keepdims=True),
+        dbeta_scale=np.abs(dyd).sum(axis=psum, keepdims=True),
+        xhat=xhat, rstd=rstd)
+
+
+def ref_group_norm_grads(dy, x, num_groups, channel_axis=1, gamma=None, eps=1e-5):
+    """ref_norm_grads for group norm: on the split view, then dx in x's shape
+    and dgamma/dbeta (and their scales) of shape (C,)."""
+    xd = np.asarray(x, dtype=np.float64)
+    ch = channel_axis % xd.ndim
+    vshape = group_view_shape(xd.shape, num_groups, ch)
+    axes = tuple(i for i in range(1, len(vshape)) if i != ch)
+    r = ref_norm_grads(np.asarray(dy, dtype=np.float64).reshape(vshape), xd.reshape(vshape),
+                       axes, (ch, ch + 1), group_param(gamma, xd.shape, num_groups, ch),
+                       eps=eps)
+    c = (xd.shape[ch],)
+    out = {k: r[k].reshape(c) for k in ("dgamma", "dgamma_scale", "dbeta", "dbeta_scale")}
+    out.update(dx=r["dx"].reshape(xd.shape), dx_scale=r["dx_scale"].reshape(xd.shape))
+    return out
+
+
+def central_difference(f, a, h):
+    """d f / d a by central differences (f: float64 array -> float), each
+    element of a moved by +-h (h broadcasts against a)."""
+    a = np.array(a, dtype=np.float64)
+    h = np.broadcast_to(np.asarray(h, dtype=np.float64), a.shape)
+    grad = np.empty_like(a)
+    for i in np.ndindex(a.shape):
+        keep = a[i]
+        a[i] = keep + h[i]
+        up = f(a)
+        a[i] = keep - h[i]
+        down = f(a)
+        a[i] = keep
+        grad[i] = (up - down) / (2 * h[i])
+    return grad
