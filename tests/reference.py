@@ -339,9 +339,9 @@ def central_difference(f, a, h):
     for i in np.ndindex(a.shape):
         keep = a[i]
         a[i] = keep + h[i]
-        up = f(a)
+        up, step_up = f(a), a[i] - keep   # the step as represented
         a[i] = keep - h[i]
-        down = f(a)
+        down, step_down = f(a), keep - a[i]
         a[i] = keep
-        grad[i] = (up - down) / (2 * h[i])
+        grad[i] = (up - down) / (step_up + step_down)
     return grad

@@ -260,3 +260,101 @@ def wrong_shape(shape):
 
 def n_reduced(shape, axes):
     return math.prod(shape[a] for a in axes)
+
+
+# --------------------------------------------------------------------------
+# gradients and the rest of the family
+
+GRAD_LAYOUTS = ["C", "F", "transposed", "strided", "negative", "mixed"]
+GRAD_PARAM_KINDS = [None, "named", "named_f32", "keepdims"]
+# Small sides: finite differences move every element one at a time.
+_GRAD_SIDES = [1, 2, 3, 4, 5]
+_CHANNELS = [1, 2, 3, 4, 6]
+
+
+def _divisors(c):
+    return [g for g in range(1, c + 1) if c % g == 0]
+
+
+@st.composite
+def grad_specs(draw, kind):
+    """A small float64 problem for the gradients of `kind` (layer, rms,
+    batch, group): shape, axes (or groups and channel axis), layouts of x and
+    dy, parameters, eps and values."""
+    if kind == "group":
+        nd = draw(st.integers(2, 4))
+        shape = [draw(st.sampled_from(_GRAD_SIDES[:4])) for _ in range(nd)]
+        ch = draw(st.integers(1, nd - 1))
+        shape[ch] = draw(st.sampled_from(_CHANNELS))
+        s = dict(shape=tuple(shape), num_groups=draw(st.sampled_from(_divisors(shape[ch]))),
+                 channel_axis=ch - nd if draw(st.booleans()) else ch)
+    else:
+        nd = draw(st.integers(2 if kind == "batch" else 1, 4))
+        shape = tuple(draw(st.sampled_from(_GRAD_SIDES)) for _ in range(nd))
+        s = dict(shape=shape)
+        if kind == "batch":
+            s["axis"] = draw(st.one_of(st.none(), axis_args(nd, allow_none=False, min_axes=1)))
+            # Training needs more than one value per feature.
+            red = range(nd) if s["axis"] is None else [a % nd for a in np.atleast_1d(s["axis"])]
+            n = math.prod(shape[i] for i in red if s["axis"] is not None or i != 1)
+            s["training"] = n > 1 and draw(st.sampled_from([True, True, False]))
+        else:
+            s["axis"] = draw(axis_args(nd, allow_none=False, min_axes=1))
+    s["layout"] = draw(st.sampled_from(GRAD_LAYOUTS))
+    s["dy_layout"] = draw(st.sampled_from(GRAD_LAYOUTS + ["broadcast"]))
+    s["gamma"] = draw(st.sampled_from(GRAD_PARAM_KINDS))
+    s["beta"] = None if kind == "rms" else draw(st.sampled_from([None, "named"]))
+    s["eps"] = draw(st.sampled_from([1e-5, 1e-3, 0.1]))
+    s["offset"] = draw(st.sampled_from([0.0, 0.0, 5.0, -300.0]))
+    s["scale"] = draw(st.sampled_from([1.0, 1.0, 1e-2, 30.0]))
+    s["seed"] = draw(st.integers(0, 2**32 - 1))
+    return s
+
+
+FAMILY_DTYPES = ["float64", "float64", "float32", "float16", ">f8", "int16"]
+
+
+@st.composite
+def group_specs(draw):
+    """A group/instance norm problem: shape (N, ..., C, ...), groups, channel
+    axis, dtype, layout, parameters."""
+    nd = draw(st.integers(2, 4))
+    shape = [draw(st.sampled_from([1, 2, 3, 5, 8, 17])) for _ in range(nd)]
+    ch = draw(st.integers(1, nd - 1))
+    shape[ch] = draw(st.sampled_from([1, 2, 4, 6, 12, 32]))
+    if nd == 4:  # keep the high-rank cases small
+        shape = [min(v, 5) if i != ch else v for i, v in enumerate(shape)]
+    return dict(
+        shape=tuple(shape),
+        channel_axis=ch - nd if draw(st.booleans()) else ch,
+        num_groups=draw(st.sampled_from(_divisors(shape[ch]))),
+        dtype=draw(st.sampled_from(FAMILY_DTYPES)),
+        layout=draw(st.sampled_from(LAYOUTS)),
+        values=draw(st.sampled_from(["normal", "normal", "ints", "offset"])),
+        gamma=draw(st.sampled_from([None, "named", "named_f32", "keepdims", "list"])),
+        beta=draw(st.sampled_from([None, "named", "keepdims"])),
+        eps=draw(st.sampled_from([1e-5, 1e-3, 0.25])),
+        return_stats=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+@st.composite
+def weight_specs(draw):
+    """A weight tensor (out, in, kh, kw)-like, the axes of its statistics,
+    dtype, layout."""
+    nd = draw(st.integers(1, 4))
+    shape = tuple(draw(st.sampled_from([1, 2, 3, 5, 9, 16, 33])) for _ in range(nd))
+    if nd == 4:
+        shape = tuple(min(v, 9) for v in shape)
+    axis = draw(st.one_of(st.none(), axis_args(nd, allow_none=False, min_axes=1))) \
+        if nd > 1 else draw(st.sampled_from([None, 0, -1, (0,)]))
+    return dict(
+        shape=shape, axis=axis,
+        dtype=draw(st.sampled_from(FAMILY_DTYPES)),
+        layout=draw(st.sampled_from(LAYOUTS)),
+        values=draw(st.sampled_from(["normal", "normal", "ints", "offset"])),
+        g=draw(st.sampled_from([None, "named", "keepdims"])),
+        eps=draw(st.sampled_from([1e-5, 1e-3, 0.25])),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
