@@ -46,6 +46,9 @@ cdef enum:
     ROWS_PER_BLOCK_MIN = 64
     COL_TILE = 1024                 # columns per tile (COLUMNS pattern)
     PARALLEL_MIN = 1 << 15
+    PREFETCH_BYTES = 16384          # of the next slice, while writing one
+    STREAM_MIN_BYTES = 8 << 20      # dx this large is written around the caches
+    PAD = 8                         # doubles between side-by-side buffers
 
 MODES = {"center": MODE_CENTER, "rms": MODE_RMS, "scale": MODE_SCALE}
 
@@ -57,9 +60,11 @@ cdef struct Grad:
     Py_ssize_t n_param        # entries of gamma
     Py_ssize_t n_blocks       # blocks of slices (SLICES) or rows (COLUMNS)
     Py_ssize_t per_block
-    double* partial           # per block: dgamma then dbeta, n_param each
+    double* partial           # per block: dgamma, then dbeta at + pstride
+    Py_ssize_t pstride        # n_param + PAD
+    Py_ssize_t sstride        # n_slices + PAD
     Py_ssize_t gshift         # where gamma's (moved) base sits in a buffer, bytes
-    double* sums              # COLUMNS: per block per slice: A, B
+    double* sums              # COLUMNS: per block, A of every slice, then B
     const char* gamma
     char* dgamma
     char* dbeta
@@ -82,9 +87,9 @@ cdef inline void add_partials(const Grad* g, Py_ssize_t lo, Py_ssize_t hi) noexc
         sg = 0.0
         sb = 0.0
         for b in range(g.n_blocks):
-            part = g.partial + 2 * b * g.n_param
+            part = g.partial + 2 * b * g.pstride
             sg = sg + part[p]
-            sb = sb + part[g.n_param + p]
+            sb = sb + part[g.pstride + p]
         (<double*>g.dgamma)[p] = sg
         (<double*>g.dbeta)[p] = sb
 
@@ -150,25 +155,48 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
 
 cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
                         const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
-                        Py_ssize_t n, double m, double r, double a, double b,
+                        Py_ssize_t n, double m, double r, double a, double b, bint stream,
                         in_t* ki, out_t* ko) noexcept nogil:
-    """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b)."""
+    """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b); with
+    `stream`, aligned vectors of dx bypass the cache."""
     cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b), xh, t
     cdef Param g
-    cdef Py_ssize_t i = 0
+    cdef Py_ssize_t i = 0, head = 0
     cdef double xs
     if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
             and param_init(&g, gp, sg)):
+        if stream:
+            head = (<size_t>dxp // sizeof(out_t)) % FN_W
+            head = min(n, 0 if head == 0 else FN_W - head)
+        while i < head:
+            xs = (sload(xp + i * sx, ki) - m) * r
+            sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * g.p[i * g.inc] - a - xs * b), ko)
+            i = i + 1
         while i + FN_W <= n:
             xh = fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr)
             t = fn_sub(fn_mul(vload(dyp + i * sdy, sdy, ki), fn_load_f64(g.p + i * g.inc)), va)
-            vstore(dxp + i * sdx, sdx, fn_mul(fn_sub(t, fn_mul(xh, vb)), vr), ko)
+            t = fn_mul(fn_sub(t, fn_mul(xh, vb)), vr)
+            if stream:
+                vstream(<out_t*>(dxp + i * sdx), t)
+            else:
+                vstore(dxp + i * sdx, sdx, t, ko)
             i = i + FN_W
     while i < n:
         xs = (sload(xp + i * sx, ki) - m) * r
         sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * (<const double*>(gp + i * sg))[0]
                                    - a - xs * b), ko)
         i = i + 1
+
+
+cdef inline void prefetch_slice(const Layout* L, Py_ssize_t si, int k) noexcept nogil:
+    """Start loading the head of operand k of slice si (up to PREFETCH_BYTES),
+    so that its reads overlap the writes of the slice being differentiated."""
+    cdef Odometer s
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Py_ssize_t nbytes = min(<Py_ssize_t>PREFETCH_BYTES, inner.size * inner.stride[k]), off
+    odo_init(&s, L.kept, L.n_kept, si)
+    for off in range(0, nbytes, 64):
+        fn_prefetch(L.base[k] + s.off[k] + off)
 
 
 cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
@@ -191,7 +219,7 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     for ri in range(n_runs):
         go = s.off[OP_G] + r.off[OP_G]
         pg = <char*>part + g.gshift + go
-        pb = <char*>(part + g.n_param) + g.gshift + go
+        pb = <char*>(part + g.pstride) + g.gshift + go
         run_sums(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
                  L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
                  g.gamma + go, inner.stride[OP_G], pg, pb, inner.size, m, rs, &acc, ki)
@@ -201,22 +229,26 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
         b = acc.b * g.inv_n
     elif g.mode == MODE_RMS:
         b = acc.b * g.inv_n
+    if si + 1 < L.n_slices:
+        prefetch_slice(L, si + 1, OP_X)
+        prefetch_slice(L, si + 1, OP_DY)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
         run_dx(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
                L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
                g.gamma + s.off[OP_G] + r.off[OP_G], inner.stride[OP_G],
                L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], inner.stride[OP_DX],
-               inner.size, m, rs, a, b, ki, ko)
+               inner.size, m, rs, a, b, L.stream, ki, ko)
         odo_next(&r, L.red, L.n_red - 1)
 
 
 cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
     cdef Py_ssize_t si, lo = blk * g.per_block
     cdef Py_ssize_t hi = min(lo + g.per_block, g.L.n_slices)
-    cdef double* part = g.partial + 2 * blk * g.n_param
+    cdef double* part = g.partial + 2 * blk * g.pstride
     for si in range(lo, hi):
         grad_slice(g, si, part, ki, ko)
+    fn_sfence()
 
 
 # ---------------------------------------------------------------------------
@@ -229,8 +261,8 @@ cdef struct Cols:
     Py_ssize_t c0
     Py_ssize_t width
     Py_ssize_t slice0       # flat slice index of column c0
-    double m[COL_TILE]      # per-column mean and rstd
-    double r[COL_TILE]
+    double m[COL_TILE + PAD]    # per-column mean and rstd (padded: see run)
+    double r[COL_TILE + PAD]
 
 
 cdef inline void cols_of(const Grad* g, Py_ssize_t group, Cols* t) noexcept nogil:
@@ -260,7 +292,7 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
     cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
     cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY], sg = vec.stride[OP_G]
     cdef Py_ssize_t grp, k, c, go
-    cdef double* part = g.partial + 2 * blk * g.n_param
+    cdef double* part = g.partial + 2 * blk * g.pstride
     cdef double* sa
     cdef double* sb
     cdef Cols t
@@ -274,11 +306,11 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
     cdef double xs, ds, gs, td, tdx
     for grp in range(n_groups):
         cols_of(g, grp, &t)
-        sa = g.sums + 2 * (blk * L.n_slices + t.slice0)
-        sb = sa + 1
+        sa = g.sums + 2 * blk * g.sstride + t.slice0
+        sb = sa + g.sstride
         for c in range(t.width):
-            sa[2 * c] = 0.0
-            sb[2 * c] = 0.0
+            sa[c] = 0.0
+            sb[c] = 0.0
         odo_init(&row, L.red, L.n_red, r0)
         for k in range(nr):
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
@@ -286,7 +318,7 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
             go = col_off(L, &t, &row, OP_G)
             gp = g.gamma + go
             pg = <char*>part + g.gshift + go
-            pb = <char*>(part + g.n_param) + g.gshift + go
+            pb = <char*>(part + g.pstride) + g.gshift + go
             c = 0
             td = 0.0
             tdx = 0.0
@@ -306,8 +338,8 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
                         fn_store_f64(<double*>pg + c, fn_fma(D, xh, fn_load_f64(<double*>pg + c)))
                         fn_store_f64(<double*>pb + c, fn_add(D, fn_load_f64(<double*>pb + c)))
                     gd = fn_mul(D, G)
-                    col_add(sa + 2 * c, gd)
-                    col_add(sb + 2 * c, fn_mul(gd, xh))
+                    fn_store_f64(sa + c, fn_add(fn_load_f64(sa + c), gd))
+                    fn_store_f64(sb + c, fn_fma(gd, xh, fn_load_f64(sb + c)))
                     c = c + FN_W
                 if sg == 0:
                     td = fn_hsum(sd)
@@ -316,8 +348,8 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
                 xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
                 ds = sload(dyp + c * sdy, ki)
                 gs = (<const double*>(gp + c * sg))[0]
-                sa[2 * c] += ds * gs
-                sb[2 * c] += ds * gs * xs
+                sa[c] += ds * gs
+                sb[c] += ds * gs * xs
                 if sg == 0:
                     td = td + ds
                     tdx = tdx + ds * xs
@@ -331,32 +363,23 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
             odo_next(&row, L.red, L.n_red)
 
 
-cdef inline void col_add(double* p, fn_vd v) noexcept nogil:
-    """p[2*i] += v[i]: A and B of a column sit side by side."""
-    cdef double tmp[8]
-    cdef int i
-    fn_store_f64(tmp, v)
-    for i in range(FN_W):
-        p[2 * i] += tmp[i]
-
-
 cdef void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
     """A and B of slice si over all row blocks, in block order, scaled for
     pass 2 (kept in block 0's place)."""
-    cdef Py_ssize_t b
+    cdef Py_ssize_t b, ns = g.sstride
     cdef double a = 0.0, bb = 0.0
     for b in range(g.n_blocks):
-        a = a + g.sums[2 * (b * g.L.n_slices + si)]
-        bb = bb + g.sums[2 * (b * g.L.n_slices + si) + 1]
+        a = a + g.sums[2 * b * ns + si]
+        bb = bb + g.sums[2 * b * ns + ns + si]
     if g.mode == MODE_CENTER:
-        g.sums[2 * si] = a * g.inv_n
-        g.sums[2 * si + 1] = bb * g.inv_n
+        g.sums[si] = a * g.inv_n
+        g.sums[ns + si] = bb * g.inv_n
     elif g.mode == MODE_RMS:
-        g.sums[2 * si] = 0.0
-        g.sums[2 * si + 1] = bb * g.inv_n
+        g.sums[si] = 0.0
+        g.sums[ns + si] = bb * g.inv_n
     else:
-        g.sums[2 * si] = 0.0
-        g.sums[2 * si + 1] = 0.0
+        g.sums[si] = 0.0
+        g.sums[ns + si] = 0.0
 
 
 cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
@@ -375,15 +398,14 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
     cdef const char* dyp
     cdef const char* gp
     cdef char* dxp
+    cdef const double* bs
     cdef Param gv
-    cdef fn_vd xh, tv, A, B
-    cdef double tmp_a[8]
-    cdef double tmp_b[8]
+    cdef fn_vd xh, tv
     cdef double xs
-    cdef int i
     for grp in range(n_groups):
         cols_of(g, grp, &t)
-        ab = g.sums + 2 * t.slice0
+        ab = g.sums + t.slice0
+        bs = ab + g.sstride
         odo_init(&row, L.red, L.n_red, r0)
         for k in range(nr):
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
@@ -394,23 +416,19 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
             if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
                     and param_init(&gv, gp, sg)):
                 while c + FN_W <= t.width:
-                    for i in range(FN_W):
-                        tmp_a[i] = ab[2 * (c + i)]
-                        tmp_b[i] = ab[2 * (c + i) + 1]
-                    A = fn_load_f64(tmp_a)
-                    B = fn_load_f64(tmp_b)
                     xh = fn_mul(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.m + c)),
                                 fn_load_f64(t.r + c))
                     tv = fn_sub(fn_mul(vload(dyp + c * sdy, sdy, ki),
-                                       fn_load_f64(gv.p + c * gv.inc)), A)
+                                       fn_load_f64(gv.p + c * gv.inc)), fn_load_f64(ab + c))
                     vstore(dxp + c * sdx, sdx,
-                           fn_mul(fn_sub(tv, fn_mul(xh, B)), fn_load_f64(t.r + c)), ko)
+                           fn_mul(fn_sub(tv, fn_mul(xh, fn_load_f64(bs + c))),
+                                  fn_load_f64(t.r + c)), ko)
                     c = c + FN_W
             while c < t.width:
                 xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
                 sstore(dxp + c * sdx, t.r[c] * (sload(dyp + c * sdy, ki)
                                                  * (<const double*>(gp + c * sg))[0]
-                                                 - ab[2 * c] - xs * ab[2 * c + 1]), ko)
+                                                 - ab[c] - xs * bs[c]), ko)
                 c = c + 1
             odo_next(&row, L.red, L.n_red)
 
@@ -422,16 +440,21 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef Py_ssize_t i, n_blocks
     cdef Py_ssize_t units = L.slice_len if L.columns else L.n_slices
     cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
+    # Buffers side by side start PAD doubles off a multiple of 4 KiB: arrays
+    # exactly 4 KiB apart make the CPU see false dependencies between loads
+    # of one and stores to the other.
+    g.pstride = g.n_param + PAD
+    g.sstride = L.n_slices + PAD
     n_blocks = block_count(units, ROWS_PER_BLOCK_MIN if L.columns else SLICES_PER_BLOCK_MIN,
                            per_unit * sizeof(double))
     g.per_block = (units + n_blocks - 1) // n_blocks
     g.n_blocks = (units + g.per_block - 1) // g.per_block
-    g.partial = <double*>calloc(2 * g.n_blocks * g.n_param, sizeof(double))
+    g.partial = <double*>calloc(2 * g.n_blocks * g.pstride, sizeof(double))
     g.sums = NULL
     if g.partial == NULL:
         return -1
     if L.columns:
-        g.sums = <double*>malloc(2 * g.n_blocks * L.n_slices * sizeof(double))
+        g.sums = <double*>malloc(2 * g.n_blocks * g.sstride * sizeof(double))
         if g.sums == NULL:
             free(g.partial)
             return -1
@@ -499,6 +522,7 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
     g.gamma = <const char*>L.base[OP_G]
     if L.n_slices * L.slice_len < PARALLEL_MIN:
         nthreads = 1
+    L.stream = dx.nbytes >= STREAM_MIN_BYTES
     with nogil:
         if in_code == 0:
             rc = run_in(&g, nthreads, out_code, <half_t*>NULL)
