@@ -4,8 +4,8 @@ import warnings
 
 import numpy as np
 
-from ._args import (as_input, axes_tuple, check_eps, check_out, keepdims_shape,
-                    param, result_dtypes, running_stat)
+from ._args import (as_input, axes_tuple, batch_axes, check_eps, check_out,
+                    keepdims_shape, param, result_dtypes, running_stat)
 from ._run import deliver, kernel_stats, normalize
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
@@ -246,13 +246,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     (array([0.2, 2. ]), array([ 1.1, 20.9]))
     """
     x = as_input(x)
-    if axis is None:
-        if x.ndim < 2:
-            raise ValueError(f"batch_norm with axis=None expects x of shape (N, C, ...), "
-                             f"got {x.ndim} dimension(s); pass axis= explicitly")
-        axes = tuple(i for i in range(x.ndim) if i != 1)
-    else:
-        axes = axes_tuple(axis, x.ndim)
+    axes = batch_axes(axis, x.ndim)
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     eps = check_eps(eps)
     gamma = param(gamma, "gamma", x.shape, kept)

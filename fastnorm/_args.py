@@ -73,6 +73,17 @@ def axes_tuple(axis, ndim, *, none_means=None):
     return tuple(sorted(out))
 
 
+def batch_axes(axis, ndim, what="batch_norm"):
+    """batch norm's reduced axes: axis=None means every axis but 1, the
+    channels of (N, C, ...)."""
+    if axis is not None:
+        return axes_tuple(axis, ndim)
+    if ndim < 2:
+        raise ValueError(f"{what} with axis=None expects x of shape (N, C, ...), "
+                         f"got {ndim} dimension(s); pass axis= explicitly")
+    return tuple(i for i in range(ndim) if i != 1)
+
+
 def reduced_mask(axes, ndim):
     return tuple(i in axes for i in range(ndim))
 

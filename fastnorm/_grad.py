@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from . import _dispatch
-from ._args import (FLOAT_DTYPES, as_input, axes_tuple, check_out, keepdims_shape,
-                    reduced_mask, split_out, writable_target)
+from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
+                    keepdims_shape, reduced_mask, split_out, writable_target)
 from ._config import get_num_threads
 from ._family import Groups
 
@@ -57,8 +57,9 @@ def _gamma(gamma, name, x_shape, along):
         raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
     if a.shape == named:
         g = a.reshape(keep)
-    elif a.shape == keep:
-        g = a
+    elif a.ndim == len(x_shape) and all(s == 1 or (i in along and s == x_shape[i])
+                                        for i, s in enumerate(a.shape)):
+        g = np.broadcast_to(a, keep)  # gradients are summed back in _param_grad
     else:
         raise ValueError(f"{name} has shape {a.shape}; expected {named} or {keep} "
                          f"(keepdims layout) for x of shape {tuple(x_shape)}")
@@ -114,8 +115,12 @@ def _param_dtype(gamma_dtype, x_dtype):
 
 
 def _param_grad(g, shape, dtype, out):
-    """A float64 parameter gradient in the parameter's shape and dtype,
-    into out when given."""
+    """A float64 parameter gradient (keepdims layout) in the parameter's
+    shape and dtype, into out when given.  A gamma that was broadcast along
+    some of its axes (size 1 there) gets the sum over them."""
+    if len(shape) == g.ndim and shape != g.shape:
+        g = g.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1),
+                  keepdims=True)
     return _deliver(g.reshape(shape).astype(dtype, copy=False), out)
 
 
@@ -212,13 +217,7 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
     (array([2., 2.]), array([0., 0.]))
     """
     dy, x = _pair(dy, x)
-    if axis is None:
-        if x.ndim < 2:
-            raise ValueError(f"batch_norm_backward with axis=None expects x of shape "
-                             f"(N, C, ...), got {x.ndim} dimension(s); pass axis= explicitly")
-        axes = tuple(i for i in range(x.ndim) if i != 1)
-    else:
-        axes = axes_tuple(axis, x.ndim)
+    axes = batch_axes(axis, x.ndim, "batch_norm_backward")
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, kept)
     pdt = _param_dtype(gdt, x.dtype)

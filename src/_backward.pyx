@@ -483,17 +483,6 @@ cdef int run_in(Grad* g, int nthreads, int out_code, in_t* ki) noexcept nogil:
     return run(g, nthreads, ki, <double*>NULL)
 
 
-cdef int type_code(cnp.ndarray a) except -1:
-    cdef int t = cnp.PyArray_TYPE(a)
-    if t == cnp.NPY_FLOAT16:
-        return 0
-    if t == cnp.NPY_FLOAT:
-        return 1
-    if t == cnp.NPY_DOUBLE:
-        return 2
-    raise TypeError(f"kernel got dtype {a.dtype}")
-
-
 def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
              cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
              tuple reduced, int mode, int nthreads):

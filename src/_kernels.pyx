@@ -654,17 +654,6 @@ cdef int execute_in(const Layout* L, int mode, double eps, bint has_y, int nthre
     return execute(L, mode, eps, has_y, nthreads, ki, <double*>NULL)
 
 
-cdef int type_code(cnp.ndarray a) except -1:
-    cdef int t = cnp.PyArray_TYPE(a)
-    if t == cnp.NPY_FLOAT16:
-        return 0
-    if t == cnp.NPY_FLOAT:
-        return 1
-    if t == cnp.NPY_DOUBLE:
-        return 2
-    raise TypeError(f"kernel got dtype {a.dtype}")
-
-
 def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
               tuple reduced, int mode, double eps, int nthreads):
     """Run one call: x (float16/32/64, aligned, native byte order); y an

@@ -193,3 +193,15 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
             L.red[0].stride[k] = 0
         L.n_red = 1
     return 0
+
+
+cdef inline int type_code(cnp.ndarray a) except -1:
+    """0, 1, 2 for float16, float32, float64 arrays (the kernels' element types)."""
+    cdef int t = cnp.PyArray_TYPE(a)
+    if t == cnp.NPY_FLOAT16:
+        return 0
+    if t == cnp.NPY_FLOAT:
+        return 1
+    if t == cnp.NPY_DOUBLE:
+        return 2
+    raise TypeError(f"kernel got dtype {a.dtype}")
