@@ -304,7 +304,10 @@ def ref_norm_grads(dy, x, axes, along, gamma=None, mode="center", eps=1e-5, stat
     else:
         dx = rstd * gd
         dx_scale = np.abs(dx)
-    psum = tuple(i for i in range(xd.ndim) if i not in along)
+    # A keepdims gamma of size 1 along some of its own axes broadcasts there:
+    # its gradient sums over them too.
+    psum = tuple(i for i in range(xd.ndim)
+                 if i not in along or (gamma is not None and g.ndim and g.shape[i] == 1))
     return dict(
         dx=dx, dx_scale=dx_scale,
         dgamma=(dyd * xhat).sum(axis=psum, keepdims=True),

@@ -172,6 +172,12 @@ def check_finite_differences(spec, kind):
     if dbeta is not None:
         if beta is not None:
             fd_b = central_difference(lambda a: loss(ba=a), bd, hp)
+            if fd_b.size != dbeta.size:
+                # dbeta comes in gamma's shape; a gamma that broadcasts along
+                # some of its axes sums beta's gradient over them.
+                keep = tuple(shape[i] if i in along else 1 for i in range(nd))
+                over = tuple(i for i in range(nd) if pshape[i] == 1 and keep[i] != 1)
+                fd_b = fd_b.reshape(keep).sum(axis=over, keepdims=True)
             assert_close(dbeta, fd_b.reshape(pshape),
                          max(1e-9, tol_p) * pscale("dbeta_scale") + 1e-14 * f_abs / hp, "dbeta vs finite differences")
         assert_close(dbeta, pscale("dbeta"), tol_p * pscale("dbeta_scale") + 1e-300, "dbeta")
@@ -371,6 +377,37 @@ def test_bitwise_identical_for_any_thread_count(case, dtype):
         for k, (a, b) in enumerate(zip(one, all_grads())):
             assert_bitwise(b, a, f"{case} result {k} with {n} threads")
     fastnorm.set_num_threads(None)
+
+
+@pytest.mark.parametrize("func, shape, axes, dtype", [
+    ("layer", (1100, 1001), (1,), F64),     # odd rows: dx vectors start unaligned
+    ("layer", (2100, 1001), (1,), F32),
+    ("layer", (4200, 1001), (1,), F16),
+    ("batch", (16, 64, 33, 33), (0, 2, 3), F64),
+], ids=["layer-f64", "layer-f32", "layer-f16", "batch-nchw-f64"])
+def test_outputs_larger_than_the_caches(func, shape, axes, dtype):
+    # dx of 8 MiB and more is written with non-temporal stores.
+    rng = np.random.default_rng(12)
+    x = (0.5 + rng.standard_normal(shape)).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    assert x.nbytes >= 8 << 20
+    nd = len(shape)
+    along = axes if func == "layer" else tuple(i for i in range(nd) if i not in axes)
+    gamma = rng.uniform(0.5, 2.0, tuple(shape[i] for i in along))
+    if func == "layer":
+        _, m, r = fastnorm.layer_norm(x, gamma, axis=axes, return_stats=True)
+        res = fastnorm.layer_norm_backward(dy, x, m, r, gamma, axis=axes)
+    else:
+        _, m, r = fastnorm.batch_norm(x, gamma, axis=axes, return_stats=True)
+        res = fastnorm.batch_norm_backward(dy, x, m, r, gamma, axis=axes)
+    ref = ref_norm_grads(dy, x, axes, along, expand_param(gamma, shape, along))
+    tol = {F64: 1e-12, F32: 1e-5, F16: 4e-3}[dtype]
+    assert_close(res[0], ref["dx"], tol * ref["dx_scale"] + tiny(dtype), "dx")
+    ptol = 1e-12 if dtype == F64 else 1e-5
+    assert_close(res[1], ref["dgamma"].reshape(gamma.shape),
+                 ptol * ref["dgamma_scale"].reshape(gamma.shape), "dgamma")
+    assert_close(res[2], ref["dbeta"].reshape(gamma.shape),
+                 ptol * ref["dbeta_scale"].reshape(gamma.shape), "dbeta")
 
 
 # --------------------------------------------------------------------------
