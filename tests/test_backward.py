@@ -16,13 +16,13 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from numpy.exceptions import AxisError
 
 import fastnorm
 import fastnorm._dispatch as dispatch
 from reference import (OUT_TOL, assert_bitwise, assert_close, central_difference,
-                       expand_param, fingerprint, group_param, keep_shape, norm_axes,
+                       expand_param, fingerprint, keep_shape, norm_axes,
                        ref_group_norm, ref_group_norm_grads, ref_layer_norm, ref_norm_grads,
                        ref_rms_norm, tiny)
 from strategies import arrange, build_param, build_running, grad_specs
@@ -86,8 +86,8 @@ def check_finite_differences(spec, kind):
         y, mean, rstd = fastnorm.batch_norm(x, gamma, beta, rm, rv, training=training,
                                             axis=spec["axis"], eps=eps, return_stats=True)
     else:
-        y, mean, rstd = fastnorm.group_norm(x, g_num, gamma, beta, channel_axis=spec["channel_axis"],
-                                            eps=eps, return_stats=True)
+        y, mean, rstd = fastnorm.group_norm(x, g_num, gamma, beta, eps=eps, return_stats=True,
+                                            channel_axis=spec["channel_axis"])
 
     # The reference forward in float64, as a function of (x, gamma, beta).
     def forward(xa, ga, ba):
@@ -122,7 +122,8 @@ def check_finite_differences(spec, kind):
         if mode == "scale":
             ks = keep_shape(shape, axes)
             stats = (rm.reshape(ks), 1 / np.sqrt(rv.reshape(ks) + eps))
-        ref = ref_norm_grads(dy, x, axes, along, expand_param(gamma, shape, along), mode, eps, stats)
+        ref = ref_norm_grads(dy, x, axes, along, expand_param(gamma, shape, along), mode, eps,
+                             stats)
         rstd_full = np.broadcast_to(ref["rstd"], shape)
     # Rounding in the loss (of y, and of x - mean relative to the spread),
     # divided by the step, bounds the finite differences' own error.
@@ -132,7 +133,8 @@ def check_finite_differences(spec, kind):
 
     before = _fingerprints(x, dy, mean, rstd, gamma)
     if kind == "layer":
-        dx, dgamma, dbeta = fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma, axis=spec["axis"])
+        dx, dgamma, dbeta = fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma,
+                                                         axis=spec["axis"])
     elif kind == "rms":
         dx, dgamma = fastnorm.rms_norm_backward(dy, x, rstd, gamma, axis=spec["axis"])
         dbeta = None
@@ -167,7 +169,8 @@ def check_finite_differences(spec, kind):
     if gamma is not None:
         fd_g = central_difference(lambda a: loss(ga=a), gd, hp)
         assert_close(dgamma, fd_g.reshape(pshape),
-                     max(1e-9, tol_p) * pscale("dgamma_scale") + 1e-14 * f_abs / hp, "dgamma vs finite differences")
+                     max(1e-9, tol_p) * pscale("dgamma_scale") + 1e-14 * f_abs / hp,
+                     "dgamma vs finite differences")
     assert_close(dgamma, pscale("dgamma"), tol_p * pscale("dgamma_scale") + 1e-300, "dgamma")
     if dbeta is not None:
         if beta is not None:
@@ -179,7 +182,8 @@ def check_finite_differences(spec, kind):
                 over = tuple(i for i in range(nd) if pshape[i] == 1 and keep[i] != 1)
                 fd_b = fd_b.reshape(keep).sum(axis=over, keepdims=True)
             assert_close(dbeta, fd_b.reshape(pshape),
-                         max(1e-9, tol_p) * pscale("dbeta_scale") + 1e-14 * f_abs / hp, "dbeta vs finite differences")
+                         max(1e-9, tol_p) * pscale("dbeta_scale") + 1e-14 * f_abs / hp,
+                         "dbeta vs finite differences")
         assert_close(dbeta, pscale("dbeta"), tol_p * pscale("dbeta_scale") + 1e-300, "dbeta")
 
 
@@ -489,7 +493,8 @@ def test_statistics_in_kept_shape():
     for u, v in zip(a, b):
         assert_bitwise(u, v)
     _, r = fastnorm.rms_norm(x, return_stats=True)
-    for u, v in zip(fastnorm.rms_norm_backward(dy, x, r), fastnorm.rms_norm_backward(dy, x, r.ravel())):
+    for u, v in zip(fastnorm.rms_norm_backward(dy, x, r),
+                    fastnorm.rms_norm_backward(dy, x, r.ravel())):
         assert_bitwise(u, v)
     _, m, r = fastnorm.batch_norm(x, axis=0, return_stats=True)
     assert m.shape == (1, 7)

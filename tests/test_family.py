@@ -261,8 +261,8 @@ def test_weight_norm_rows_have_norm_g(dtype, shape, axis):
     named = tuple(shape[i] for i in kept)
     g = rng.uniform(0.5, 3, named) * rng.choice([-1.0, 1.0], named)
     w, norm = fastnorm.weight_norm(v, g, axis=axis, return_norm=True)
-    assert_close(np.sqrt((w.astype(np.float64) ** 2).sum(axis=axes)), np.abs(g), tol * 10 * np.abs(g),
-                 "norm |g|")
+    norms = np.sqrt((w.astype(np.float64) ** 2).sum(axis=axes))
+    assert_close(norms, np.abs(g), tol * 10 * np.abs(g), "norm |g|")
     # w points along v (or against it where g < 0).
     gk = expand_param(g, shape, kept)
     assert_close(w / gk * norm, v, tol * 10 * np.abs(v.astype(np.float64)) + tol, "direction")

@@ -140,7 +140,8 @@ def test_softmax_cross_entropy_gradient():
         up, down = logits.copy(), logits.copy()
         up[i] += h
         down[i] -= h
-        fd = (softmax_cross_entropy(up, labels)[0] - softmax_cross_entropy(down, labels)[0]) / (2 * h)
+        fd = (softmax_cross_entropy(up, labels)[0]
+              - softmax_cross_entropy(down, labels)[0]) / (2 * h)
         assert abs(fd - grad[i]) < 1e-8
 
 
