@@ -135,7 +135,10 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
         The forward's input.
     mean, rstd : array_like
         The statistics ``layer_norm(..., return_stats=True)`` returned
-        (keepdims layout; the kept shape also works).
+        (keepdims layout; the kept shape also works).  For float16/float32
+        input they are float32: for data whose mean is large against its
+        spread (``1e4 + 1e-2 * noise``) that rounding limits the gradient's
+        accuracy; a forward with ``dtype=np.float64`` returns float64 ones.
     gamma : array_like, optional
         The forward's gain (None: ones).
     axis : int or tuple of ints, optional
@@ -231,7 +234,7 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
 def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_axis=1,
                         out=None):
     """Gradients of ``group_norm``: ``(dx, dgamma, dbeta)``, dgamma and dbeta
-    of shape ``(C,)``.  ``mean`` and ``rstd`` are what
+    of gamma's shape (``(C,)`` when gamma is None).  ``mean`` and ``rstd`` are what
     ``group_norm(..., return_stats=True)`` returned; ``out`` as in
     ``layer_norm_backward``.
 
@@ -257,10 +260,11 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
         return _stat(a.reshape(keepdims_shape(vx.shape, axes)), name, vx.shape, axes)
 
     gdt = None
+    c = (grp.channels,)
     if gamma is not None:
         a = np.asarray(gamma)
         gdt = a.dtype if a.dtype.kind == "f" else None
-    c = (grp.channels,)
+        c = a.shape  # (C,) or keepdims layout: the gradients come back alike
     pdt = _param_dtype(gdt, x.dtype)
     outs = _outs(out, 3, x, c, pdt)
     if gamma is None:
