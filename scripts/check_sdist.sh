@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Build the sdist, check that it holds what a build needs and nothing else,
+# then build and install it in a fresh virtualenv and run the smoke test
+# there (from a folder outside the source tree).  Exits non-zero on failure.
+#
+#   scripts/check_sdist.sh                  # python3
+#   PYTHON=python3.12 scripts/check_sdist.sh
+#
+# The sdist is left in dist/.  Needs PyPI (or a mirror) for `build` and the
+# build requirements, and a C compiler.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fastnorm-sdist.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+step() { printf '\n=== %s\n' "$*"; }
+fail() { printf '\ncheck_sdist.sh: FAILED: %s\n' "$*" >&2; exit 1; }
+start=$SECONDS
+
+step "build the sdist (python -m build --sdist)"
+"$PYTHON" -m venv "$WORK/build-env"
+"$WORK/build-env/bin/python" -m pip install -q build
+"$WORK/build-env/bin/python" -m build --sdist --outdir "$WORK/sdist" "$ROOT" >"$WORK/build.log" 2>&1 \
+    || { cat "$WORK/build.log"; fail "python -m build --sdist"; }
+shopt -s nullglob
+sdists=("$WORK"/sdist/fastnorm-*.tar.gz)
+[ ${#sdists[@]} -eq 1 ] || fail "expected one sdist, got: ${sdists[*]:-none}"
+sdist=${sdists[0]}
+mkdir -p "$ROOT/dist" && cp "$sdist" "$ROOT/dist/"
+echo "built $(basename "$sdist")"
+
+step "contents"
+"$WORK/build-env/bin/python" - "$sdist" <<'EOF'
+import re, sys, tarfile
+names = sorted(m.name.split("/", 1)[1] for m in tarfile.open(sys.argv[1]).getmembers()
+               if m.isfile())
+for n in names:
+    print("  " + n)
+required = ["pyproject.toml", "CMakeLists.txt", "README.md", "PKG-INFO",
+            "fastnorm/__init__.py", "fastnorm/_version.py", "src/_kernels.pyx"]
+forbidden = [
+    (r"^(build|dist|wheelhouse|\.asv|\.venv|\.ci|\.git|\.hypothesis|\.pytest_cache)/", "build output, caches or CI files"),
+    (r"\.(c|so|pyd|o|whl|html)$", "generated or compiled files"),
+    (r"(^|/)__pycache__/", "bytecode"),
+]
+bad = [f"missing: {r}" for r in required if r not in names]
+for n in names:
+    for pattern, why in forbidden:
+        if re.search(pattern, n):
+            bad.append(f"{n} ({why})")
+print(f"{len(names)} files")
+if bad:
+    print("FAIL:\n  " + "\n  ".join(bad))
+    sys.exit(1)
+EOF
+
+step "install the sdist into a fresh virtualenv (builds it) and run the smoke test"
+"$PYTHON" -m venv "$WORK/test-env"
+(cd "$WORK" && "$WORK/test-env/bin/python" -m pip install -q "$sdist") || fail "pip install of the sdist"
+(cd "$WORK" && env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+    "$WORK/test-env/bin/python" -I "$ROOT/scripts/smoke_test.py") || fail "smoke test of the sdist build"
+
+step "done in $((SECONDS - start)) s: dist/$(basename "$sdist")"

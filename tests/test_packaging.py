@@ -1,0 +1,148 @@
+"""Packaging and benchmark tooling: the files releases and asv depend on.
+
+Fast checks run everywhere.  The two that build (the wheel script and the
+sdist check, a minute or two each) are marked slow and run when ``CI`` is set
+(``.ci/run`` sets it), or with ``FASTNORM_PACKAGING=1``.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import fastnorm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(ROOT, "scripts")
+
+building = pytest.mark.skipif(
+    not (os.environ.get("CI") or os.environ.get("FASTNORM_PACKAGING")),
+    reason="builds wheels/sdists (minutes): runs when CI or FASTNORM_PACKAGING is set")
+
+
+def _env():
+    env = dict(os.environ)
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(var, None)
+    return env
+
+
+def _run(args, timeout, cwd=HERE):
+    # From the tests folder, never the repository root, where the source
+    # folder fastnorm/ would shadow the installed package.
+    return subprocess.run(args, capture_output=True, text=True, env=_env(), cwd=cwd,
+                          timeout=timeout)
+
+
+def _need(path):
+    full = os.path.join(ROOT, path)
+    if not os.path.exists(full):
+        pytest.skip(f"{path} is not here (an sdist leaves it out)")
+    return full
+
+
+def _tail(p, n=4000):
+    return (p.stdout + p.stderr)[-n:]
+
+
+# ------------------------------------------------------------------ fast
+
+def test_smoke_test_passes_on_the_installed_package():
+    args = [sys.executable, "-I", _need("scripts/smoke_test.py")]
+    if fastnorm._config.config()["openmp"]:
+        args.append("--require-openmp")
+    p = _run(args, timeout=300)
+    assert p.returncode == 0, _tail(p)
+    assert "smoke test passed" in p.stdout
+
+
+def test_benchmark_table_runs_and_agrees_with_numpy():
+    p = _run([sys.executable, "-I", _need("scripts/check_benchmarks.py")], timeout=600)
+    assert p.returncode == 0, _tail(p)
+
+
+def test_benchmarks_cover_every_public_function():
+    sys.path.insert(0, os.path.dirname(_need("benchmarks/_cases.py")))
+    try:
+        import _cases
+    finally:
+        sys.path.pop(0)
+    config = {"get_num_threads", "set_num_threads", "show_config", "__version__"}
+    benchmarked = {op.name for op in _cases.OPS}
+    missing = set(fastnorm.__all__) - config - benchmarked
+    assert not missing, f"public functions without an entry in benchmarks/_cases.py: {missing}"
+
+
+def _asv_conf():
+    text = open(_need("asv.conf.json")).read()
+    # asv reads the file as JSON5; whole-line // comments are all it uses
+    return json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+
+
+def test_asv_conf_builds_offline_with_scikit_build_core():
+    conf = _asv_conf()
+    assert conf["repo"] == "."
+    (build,) = conf["build_command"]
+    # asv's default build command writes numpy's wheel next to fastnorm's
+    # ("Found multiple wheels"): --no-deps; and the matrix's tools are used
+    assert "--no-deps" in build and "--no-build-isolation" in build
+    reqs = conf["matrix"]["req"]
+    for name in ("numpy", "scikit-build-core", "cython", "ninja"):
+        assert name in reqs
+    for key in ("env_dir", "results_dir", "html_dir"):
+        assert conf[key].startswith(".asv/")
+    ignored = open(os.path.join(ROOT, ".gitignore")).read().split()
+    assert ".asv/" in ignored
+    assert os.path.isdir(os.path.join(ROOT, conf["benchmark_dir"]))
+
+
+def test_release_hashes_are_commits():
+    path = _need("benchmarks/release-hashes.txt")
+    lines = [ln.strip() for ln in open(path) if ln.strip()]
+    for ln in lines:
+        # asv reads every non-empty line as a commit name: no comments
+        assert re.fullmatch(r"[0-9a-f]{40}", ln), f"not a full commit hash: {ln!r}"
+    if lines and shutil.which("git") and os.path.isdir(os.path.join(ROOT, ".git")):
+        for ln in lines:
+            p = subprocess.run(["git", "-C", ROOT, "cat-file", "-e", ln + "^{commit}"],
+                               capture_output=True)
+            assert p.returncode == 0, f"{ln} is not a commit of this repository"
+
+
+def test_cibuildwheel_config():
+    tomllib = pytest.importorskip("tomllib")
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        cfg = tomllib.load(f)["tool"]["cibuildwheel"]
+    for platform in ("linux", "macos", "windows"):
+        assert platform in cfg
+    commands = [cfg["test-command"]] + [cfg[p].get("test-command", "") for p in cfg
+                                        if isinstance(cfg[p], dict)]
+    for command in filter(None, commands):
+        script = re.search(r"\{project\}/(\S+\.py)", command).group(1)
+        assert os.path.isfile(os.path.join(ROOT, script)), command
+    assert "--vendored-libgomp" in cfg["linux"]["test-command"]
+
+
+# ------------------------------------------------------------------ slow
+
+@building
+@pytest.mark.slow
+def test_wheel_script_builds_a_manylinux_wheel_that_works_alone():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("scripts/build_wheel.sh builds Linux wheels")
+    p = _run(["bash", _need("scripts/build_wheel.sh")], timeout=1800)
+    assert p.returncode == 0, _tail(p)
+    assert "smoke test passed" in p.stdout
+    assert re.search(r"manylinux wheel: \S+manylinux_\d+_\d+_\w+\.whl", p.stdout), _tail(p)
+
+
+@building
+@pytest.mark.slow
+def test_sdist_has_what_a_build_needs_and_builds():
+    p = _run(["bash", _need("scripts/check_sdist.sh")], timeout=1800)
+    assert p.returncode == 0, _tail(p)
+    assert "smoke test passed" in p.stdout
