@@ -156,9 +156,11 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
 cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
                         const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
                         Py_ssize_t n, double m, double r, double a, double b, bint stream,
+                        const char* x_ahead, const char* dy_ahead,
                         in_t* ki, out_t* ko) noexcept nogil:
     """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b); with
-    `stream`, aligned vectors of dx bypass the cache."""
+    `stream`, aligned vectors of dx bypass the cache.  x_ahead, dy_ahead (or
+    NULL) are the next slice's run, prefetched while this one is written."""
     cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b), xh, t
     cdef Param g
     cdef Py_ssize_t i = 0, head = 0
@@ -173,6 +175,9 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
             sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * g.p[i * g.inc] - a - xs * b), ko)
             i = i + 1
         while i + FN_W <= n:
+            if x_ahead != NULL:
+                fn_prefetch(x_ahead + i * sizeof(in_t))
+                fn_prefetch(dy_ahead + i * sizeof(in_t))
             xh = fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr)
             t = fn_sub(fn_mul(vload(dyp + i * sdy, sdy, ki), fn_load_f64(g.p + i * g.inc)), va)
             t = fn_mul(fn_sub(t, fn_mul(xh, vb)), vr)
@@ -204,8 +209,10 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     """Both passes over slice si; parameter sums into this block's part."""
     cdef const Layout* L = g.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
-    cdef Odometer s, r
+    cdef Odometer s, r, s_next
     cdef Py_ssize_t ri, n_runs = L.slice_len // inner.size, go
+    cdef const char* x_ahead
+    cdef const char* dy_ahead
     cdef double m, rs, a = 0.0, b = 0.0
     cdef Sums acc
     cdef char* pg
@@ -229,16 +236,24 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
         b = acc.b * g.inv_n
     elif g.mode == MODE_RMS:
         b = acc.b * g.inv_n
+    x_ahead = NULL
+    dy_ahead = NULL
     if si + 1 < L.n_slices:
-        prefetch_slice(L, si + 1, OP_X)
-        prefetch_slice(L, si + 1, OP_DY)
+        if (n_runs == 1 and inner.stride[OP_X] == sizeof(in_t)
+                and inner.stride[OP_DY] == sizeof(in_t)):
+            odo_init(&s_next, L.kept, L.n_kept, si + 1)
+            x_ahead = L.base[OP_X] + s_next.off[OP_X]
+            dy_ahead = L.base[OP_DY] + s_next.off[OP_DY]
+        else:
+            prefetch_slice(L, si + 1, OP_X)
+            prefetch_slice(L, si + 1, OP_DY)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
         run_dx(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
                L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
                g.gamma + s.off[OP_G] + r.off[OP_G], inner.stride[OP_G],
                L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], inner.stride[OP_DX],
-               inner.size, m, rs, a, b, L.stream, ki, ko)
+               inner.size, m, rs, a, b, L.stream, x_ahead, dy_ahead, ki, ko)
         odo_next(&r, L.red, L.n_red - 1)
 
 

@@ -108,10 +108,12 @@ cdef inline Coef given(const Layout* L, Py_ssize_t off) noexcept nogil:
 
 
 cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, const Param* b,
-                                  Py_ssize_t n, Coef c, bint stream,
+                                  Py_ssize_t n, Coef c, bint stream, const char* ahead,
                                   in_t* ki, out_t* ko) noexcept nogil:
     """y = ((x - pivot) - shift) * scale * g + b along n contiguous values;
-    with `stream`, aligned vectors of y bypass the cache."""
+    with `stream`, aligned vectors of y bypass the cache.  `ahead` (or NULL)
+    is the next run of x: prefetched as this one is written, so that reading
+    it overlaps the writes."""
     cdef fn_vd piv = fn_set1(c.pivot), sh = fn_set1(c.shift), sc = fn_set1(c.scale), t
     cdef const in_t* x = <const in_t*>xp
     cdef out_t* y = <out_t*>yp
@@ -128,6 +130,8 @@ cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, cons
                * gp[i * ginc] + bp[i * binc], ko)
         i = i + 1
     while i + FN_W <= n:
+        if ahead != NULL:
+            fn_prefetch(ahead + i * sizeof(in_t))
         t = fn_mul(fn_sub(shifted(vload(<const char*>(x + i), sizeof(in_t), ki), piv, ki), sh), sc)
         t = fn_fma(t, fn_load_f64(gp + i * ginc), fn_load_f64(bp + i * binc))
         if stream:
@@ -153,14 +157,15 @@ cdef inline void normalize_scalar(const char* xp, Py_ssize_t sx, char* yp, Py_ss
 
 cdef inline void normalize_run(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
                                const char* gp, Py_ssize_t sg, const char* bp, Py_ssize_t sb,
-                               Py_ssize_t n, Coef c, bint stream, in_t* ki, out_t* ko) noexcept nogil:
+                               Py_ssize_t n, Coef c, bint stream, const char* ahead,
+                               in_t* ki, out_t* ko) noexcept nogil:
     cdef Param g, b
     if (sx == sizeof(in_t) and sy == sizeof(out_t)
             and param_init(&g, gp, sg) and param_init(&b, bp, sb)):
         if stream:
-            normalize_vector(xp, yp, &g, &b, n, c, True, ki, ko)
+            normalize_vector(xp, yp, &g, &b, n, c, True, ahead, ki, ko)
         else:
-            normalize_vector(xp, yp, &g, &b, n, c, False, ki, ko)
+            normalize_vector(xp, yp, &g, &b, n, c, False, ahead, ki, ko)
     else:
         normalize_scalar(xp, sx, yp, sy, gp, sg, bp, sb, n, c, ki, ko)
 
@@ -199,14 +204,14 @@ cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const O
 
 
 cdef inline void normalize_block(const SlicePlan* p, const Odometer* s, const Odometer* r,
-                                 Py_ssize_t start, Py_ssize_t n, Coef c,
+                                 Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead,
                                  in_t* ki, out_t* ko) noexcept nogil:
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     normalize_run(run_start(p, s, r, OP_X) + start * inner.stride[OP_X], inner.stride[OP_X],
                   <char*>run_start(p, s, r, OP_Y) + start * inner.stride[OP_Y], inner.stride[OP_Y],
                   run_start(p, s, r, OP_G) + start * inner.stride[OP_G], inner.stride[OP_G],
                   run_start(p, s, r, OP_B) + start * inner.stride[OP_B], inner.stride[OP_B],
-                  n, c, p.L.stream, ki, ko)
+                  n, c, p.L.stream, ahead, ki, ko)
 
 
 cdef inline void prefetch_slice(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
@@ -224,11 +229,12 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
     """Statistics and normalization of slice si by one thread (the slice is
     still in cache for the second pass when it fits)."""
     cdef const Layout* L = p.L
-    cdef Odometer s, r
+    cdef Odometer s, r, s_next
     cdef Moments acc = moments_empty(), m
     cdef Coef c
     cdef Py_ssize_t ri, b
     cdef double pivot
+    cdef const char* ahead
     odo_init(&s, L.kept, L.n_kept, si)
     if p.mode == MODE_GIVEN:
         c = given(L, s.off[OP_S])
@@ -242,11 +248,16 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
             odo_next(&r, L.red, L.n_red - 1)
         c = finish(acc, pivot, p.mode, p.eps, L, s.off[OP_S])
     if p.has_y:
+        ahead = NULL
         if si + 1 < L.n_slices:
-            prefetch_slice(p, si + 1)
+            if p.n_runs == 1 and L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t):
+                odo_init(&s_next, L.kept, L.n_kept, si + 1)
+                ahead = L.base[OP_X] + s_next.off[OP_X]
+            else:
+                prefetch_slice(p, si + 1)
         odo_init(&r, L.red, L.n_red - 1, 0)
         for ri in range(p.n_runs):
-            normalize_block(p, &s, &r, 0, p.run_len, c, ki, ko)
+            normalize_block(p, &s, &r, 0, p.run_len, c, ahead, ki, ko)
             odo_next(&r, L.red, L.n_red - 1)
         fn_sfence()
 
@@ -270,7 +281,7 @@ cdef void slice_item_normalize(const SlicePlan* p, Py_ssize_t item, in_t* ki, ou
     odo_init(&s, p.L.kept, p.L.n_kept, si)
     odo_init(&r, p.L.red, p.L.n_red - 1, rest // p.n_chunks)
     normalize_block(p, &s, &r, start, min(<Py_ssize_t>CHUNK, p.run_len - start),
-                    p.coefs[si], ki, ko)
+                    p.coefs[si], NULL, ki, ko)
     fn_sfence()
 
 
