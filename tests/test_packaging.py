@@ -25,7 +25,8 @@ building = pytest.mark.skipif(
 
 
 def _env():
-    env = dict(os.environ)
+    # the scripts build for the Python that runs the tests
+    env = dict(os.environ, PYTHON=sys.executable)
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         env.pop(var, None)
     return env
