@@ -62,6 +62,8 @@ cdef struct Grad:
     Py_ssize_t per_block
     double* partial           # per block: dgamma, then dbeta at + pstride
     Py_ssize_t pstride        # n_param + PAD
+    bint slice_param          # gamma has one entry per slice (batch norm):
+                              # the per-slice sums are the parameter sums
     Py_ssize_t sstride        # n_slices + PAD
     Py_ssize_t gshift         # where gamma's (moved) base sits in a buffer, bytes
     double* sums              # COLUMNS: per block, A of every slice, then B
@@ -108,30 +110,38 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
                           in_t* ki) noexcept nogil:
     """Pass 1 along one run: A and B into acc, dy * xhat and dy into the
     partial buffers pg, pb (gamma's layout: byte stride sg)."""
-    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), X, D, G, xh, sa = fn_zero(), sb = fn_zero()
-    cdef fn_vd sd = fn_zero(), sdx = fn_zero()
-    cdef Py_ssize_t i = 0
+    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), X, D, G, u, sa = fn_zero(), sb = fn_zero()
+    cdef fn_vd sa2 = fn_zero(), sb2 = fn_zero(), sd = fn_zero(), sdx = fn_zero()
+    cdef Py_ssize_t i = 0, j
     cdef double xs, ds, gs, ta = 0.0, tb = 0.0, td = 0.0, tdx = 0.0
     if sx == sizeof(in_t) and sdy == sizeof(in_t) and sg == sizeof(double):
-        # gamma along the run (layer norm): vector sums into the buffers.
-        while i + FN_W <= n:
-            X = vload(xp + i * sx, sx, ki)
+        # gamma along the run (layer norm): vector sums into the buffers,
+        # two vectors a step so the A and B sums have two chains each.
+        while i + 2 * FN_W <= n:
+            j = i + FN_W
             D = vload(dyp + i * sdy, sdy, ki)
+            u = fn_mul(D, fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr))  # dy * xhat
             G = fn_load_f64(<const double*>gp + i)
-            xh = fn_mul(fn_sub(X, vm), vr)
             sa = fn_fma(D, G, sa)
-            sb = fn_fma(fn_mul(D, G), xh, sb)
-            fn_store_f64(<double*>pg + i, fn_fma(D, xh, fn_load_f64(<double*>pg + i)))
+            sb = fn_fma(u, G, sb)
+            fn_store_f64(<double*>pg + i, fn_add(u, fn_load_f64(<double*>pg + i)))
             fn_store_f64(<double*>pb + i, fn_add(D, fn_load_f64(<double*>pb + i)))
-            i = i + FN_W
+            D = vload(dyp + j * sdy, sdy, ki)
+            u = fn_mul(D, fn_mul(fn_sub(vload(xp + j * sx, sx, ki), vm), vr))
+            G = fn_load_f64(<const double*>gp + j)
+            sa2 = fn_fma(D, G, sa2)
+            sb2 = fn_fma(u, G, sb2)
+            fn_store_f64(<double*>pg + j, fn_add(u, fn_load_f64(<double*>pg + j)))
+            fn_store_f64(<double*>pb + j, fn_add(D, fn_load_f64(<double*>pb + j)))
+            i = i + 2 * FN_W
+        sa = fn_add(sa, sa2)
+        sb = fn_add(sb, sb2)
     elif sx == sizeof(in_t) and sdy == sizeof(in_t) and sg == 0:
         # One gamma for the whole run (batch norm NCHW): sums in registers.
         while i + FN_W <= n:
-            X = vload(xp + i * sx, sx, ki)
             D = vload(dyp + i * sdy, sdy, ki)
-            xh = fn_mul(fn_sub(X, vm), vr)
             sd = fn_add(sd, D)
-            sdx = fn_fma(D, xh, sdx)
+            sdx = fn_fma(D, fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr), sdx)
             i = i + FN_W
         td = fn_hsum(sd)
         tdx = fn_hsum(sdx)
@@ -175,7 +185,7 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
             sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * g.p[i * g.inc] - a - xs * b), ko)
             i = i + 1
         while i + FN_W <= n:
-            if x_ahead != NULL:
+            if x_ahead != NULL and i % (64 // sizeof(in_t)) == 0:  # once a cache line
                 fn_prefetch(x_ahead + i * sizeof(in_t))
                 fn_prefetch(dy_ahead + i * sizeof(in_t))
             xh = fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr)
@@ -378,14 +388,71 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
             odo_next(&row, L.red, L.n_red)
 
 
+cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
+    """Pass 1 when gamma has one entry per column (batch norm): per column
+    sum(dy) and sum(dy * xhat), the parameter gradients themselves; A and B
+    are gamma times them."""
+    cdef const Layout* L = g.L
+    cdef const Axis* vec = &L.kept[L.n_kept - 1]
+    cdef Py_ssize_t n_groups = L.n_slices // vec.size * ((vec.size + COL_TILE - 1) // COL_TILE)
+    cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
+    cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY]
+    cdef Py_ssize_t grp, k, c
+    cdef double* s1
+    cdef double* s2
+    cdef Cols t
+    cdef Odometer row
+    cdef const char* xp
+    cdef const char* dyp
+    cdef fn_vd D, xh
+    cdef double xs, ds
+    for grp in range(n_groups):
+        cols_of(g, grp, &t)
+        s1 = g.sums + 2 * blk * g.sstride + t.slice0
+        s2 = s1 + g.sstride
+        for c in range(t.width):
+            s1[c] = 0.0
+            s2[c] = 0.0
+        odo_init(&row, L.red, L.n_red, r0)
+        for k in range(nr):
+            xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
+            dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
+            c = 0
+            if sx == sizeof(in_t) and sdy == sizeof(in_t):
+                while c + FN_W <= t.width:
+                    D = vload(dyp + c * sdy, sdy, ki)
+                    xh = fn_mul(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.m + c)),
+                                fn_load_f64(t.r + c))
+                    fn_store_f64(s1 + c, fn_add(fn_load_f64(s1 + c), D))
+                    fn_store_f64(s2 + c, fn_fma(D, xh, fn_load_f64(s2 + c)))
+                    c = c + FN_W
+            while c < t.width:
+                ds = sload(dyp + c * sdy, ki)
+                xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
+                s1[c] += ds
+                s2[c] += ds * xs
+                c = c + 1
+            odo_next(&row, L.red, L.n_red)
+
+
 cdef void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
     """A and B of slice si over all row blocks, in block order, scaled for
-    pass 2 (kept in block 0's place)."""
-    cdef Py_ssize_t b, ns = g.sstride
-    cdef double a = 0.0, bb = 0.0
+    pass 2 (kept in block 0's place).  With one gamma entry per slice the
+    block sums are sum(dy) and sum(dy * xhat): they are dbeta and dgamma."""
+    cdef Py_ssize_t b, ns = g.sstride, off
+    cdef double a = 0.0, bb = 0.0, gs
+    cdef Odometer s
     for b in range(g.n_blocks):
         a = a + g.sums[2 * b * ns + si]
         bb = bb + g.sums[2 * b * ns + ns + si]
+    if g.slice_param:
+        odo_init(&s, g.L.kept, g.L.n_kept, si)
+        off = s.off[OP_G]
+        (<double*>(g.dbeta + g.gshift + off))[0] = a
+        (<double*>(g.dgamma + g.gshift + off))[0] = bb
+        gs = (<const double*>(g.gamma + off))[0]
+        a = a * gs
+        bb = bb * gs
     if g.mode == MODE_CENTER:
         g.sums[si] = a * g.inv_n
         g.sums[ns + si] = bb * g.inv_n
@@ -464,9 +531,14 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
                            per_unit * sizeof(double))
     g.per_block = (units + n_blocks - 1) // n_blocks
     g.n_blocks = (units + g.per_block - 1) // g.per_block
-    g.partial = <double*>calloc(2 * g.n_blocks * g.pstride, sizeof(double))
+    g.slice_param = L.columns and g.n_param == L.n_slices
+    for i in range(L.n_red):
+        if L.red[i].stride[OP_G] != 0:
+            g.slice_param = False
     g.sums = NULL
-    if g.partial == NULL:
+    g.partial = <double*>calloc(0 if g.slice_param else 2 * g.n_blocks * g.pstride,
+                                sizeof(double))
+    if g.partial == NULL and not g.slice_param:
         return -1
     if L.columns:
         g.sums = <double*>malloc(2 * g.n_blocks * g.sstride * sizeof(double))
@@ -475,8 +547,12 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
             return -1
     nthreads = min(<Py_ssize_t>nthreads, g.n_blocks)
     if L.columns:
-        for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
-            cols_sums(g, i, ki)
+        if g.slice_param:
+            for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+                cols_sums_per_slice(g, i, ki)
+        else:
+            for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+                cols_sums(g, i, ki)
         for i in prange(L.n_slices, num_threads=nthreads, schedule="static"):
             cols_fold(g, i)
         for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
@@ -484,7 +560,8 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     else:
         for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
             slice_block(g, i, ki, ko)
-    add_partials(g, 0, g.n_param)
+    if not g.slice_param:
+        add_partials(g, 0, g.n_param)
     free(g.partial)
     free(g.sums)
     return 0

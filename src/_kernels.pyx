@@ -130,7 +130,7 @@ cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, cons
                * gp[i * ginc] + bp[i * binc], ko)
         i = i + 1
     while i + FN_W <= n:
-        if ahead != NULL:
+        if ahead != NULL and i % (64 // sizeof(in_t)) == 0:  # once a cache line
             fn_prefetch(ahead + i * sizeof(in_t))
         t = fn_mul(fn_sub(shifted(vload(<const char*>(x + i), sizeof(in_t), ki), piv, ki), sh), sc)
         t = fn_fma(t, fn_load_f64(gp + i * ginc), fn_load_f64(bp + i * binc))
