@@ -275,9 +275,18 @@ static inline void fn_prefetch(const void *p)
 
 static inline double fn_hsum(fn_vd a)
 {
+    /* A tree of adds (a fixed order, so the result is the same every call). */
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+    return _mm512_reduce_add_pd((__m512d)a);
+#elif defined(__AVX__) && (defined(__GNUC__) || defined(__clang__))
+    __m128d lo = _mm256_castpd256_pd128((__m256d)a), hi = _mm256_extractf128_pd((__m256d)a, 1);
+    lo = _mm_add_pd(lo, hi);
+    return _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
+#else
     double s = 0.0;
     for (int i = 0; i < FN_W; i++) s += fn_lane(a, i);
     return s;
+#endif
 }
 
 /* ------------------------------------------------------------------ */
