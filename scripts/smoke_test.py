@@ -112,6 +112,25 @@ def main():
     check(close(fastnorm.weight_standardize(wv, eps=eps), ref, rtol=1e-10, atol=1e-10),
           "weight_standardize matches NumPy")
 
+    # gradients: layer norm against the closed form, the others run and shape
+    dy = rng.standard_normal(x.shape)
+    _, lm, lr = fastnorm.layer_norm(x64, g, eps=eps, return_stats=True)
+    dx, dg, db = fastnorm.layer_norm_backward(dy, x64, lm, lr, g)
+    xh = (x64 - lm) * lr
+    gd = dy * g
+    ref = lr * (gd - gd.mean(-1, keepdims=True) - xh * (gd * xh).mean(-1, keepdims=True))
+    check(close(dx, ref, rtol=1e-9, atol=1e-9) and close(dg, (dy * xh).sum(0), rtol=1e-9)
+          and close(db, dy.sum(0), rtol=1e-9), "layer_norm_backward matches the closed form")
+    _, rr = fastnorm.rms_norm(x64, eps=eps, return_stats=True)
+    check(fastnorm.rms_norm_backward(dy, x64, rr)[0].shape == x.shape, "rms_norm_backward runs")
+    dyi = rng.standard_normal(imgs.shape)
+    _, bm2, br2 = fastnorm.batch_norm(imgs, eps=eps, return_stats=True)
+    check(fastnorm.batch_norm_backward(dyi, imgs, bm2, br2)[1].shape == (3,),
+          "batch_norm_backward runs")
+    _, gm, gr = fastnorm.group_norm(gx, 2, eps=eps, return_stats=True)
+    check(fastnorm.group_norm_backward(rng.standard_normal(gx.shape), gx, gm, gr, 2)[2].shape
+          == (4,), "group_norm_backward runs")
+
     # threads: the count is honoured and does not change the bits
     big = rng.standard_normal((512, 4096)).astype(np.float32)
     fastnorm.set_num_threads(1)
@@ -123,8 +142,9 @@ def main():
     check(np.array_equal(one, many), "results are bitwise identical for 1 and several threads")
 
     covered = {"mean_var", "layer_norm", "rms_norm", "batch_norm", "group_norm",
-               "instance_norm", "weight_norm", "weight_standardize", "set_num_threads",
-               "get_num_threads", "show_config", "__version__"}
+               "instance_norm", "weight_norm", "weight_standardize", "layer_norm_backward",
+               "rms_norm_backward", "batch_norm_backward", "group_norm_backward",
+               "set_num_threads", "get_num_threads", "show_config", "__version__"}
     extra = sorted(set(getattr(fastnorm, "__all__", ())) - covered)
     if extra:
         print(f"note  not covered by this smoke test: {', '.join(extra)}")
