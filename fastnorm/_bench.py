@@ -60,6 +60,8 @@ CASES = [
     Case("batch_norm eval NCHW", "batch_norm_eval", (32, 64, 56, 56), None),
     Case("mean_var rows", "mean_var", (8192, 1024), -1),
     Case("mean_var columns", "mean_var", (8192, 1024), 0),
+    Case("layer_norm bwd rows", "layer_norm_backward", (8192, 1024), -1),
+    Case("batch_norm bwd (N, C)", "batch_norm_backward", (65536, 512), 0),
 ]
 
 
@@ -185,12 +187,49 @@ def _mean_var(rng, x, axis, axes):
                     copy=lambda: np.copyto(scratch, x), bytes_moved=x.nbytes)
 
 
+def _backward(rng, x, axis, axes, forward, backward, gamma_over_reduced):
+    """A gradient: dy, x in; dx, dgamma, dbeta out (preallocated).  The copy
+    yardstick still moves x's bytes once each way; the ideal kernel moves
+    three streams (read dy and x, write dx)."""
+    g, g_b = _param(rng, x, axes, gamma_over_reduced, 1.0, 0.1)
+    dy = rng.standard_normal(x.shape, dtype=DTYPE)
+    _, mean, rstd = forward(x, g, axis=axis, eps=EPS, return_stats=True)
+    dx = np.empty_like(x)
+    dg, db = np.empty(g.shape, g.dtype), np.empty(g.shape, g.dtype)
+    keep = tuple(i for i in range(x.ndim) if i not in axes) if gamma_over_reduced else axes
+    n = x.size // rstd.size
+
+    def ref():
+        # The sums in float64, as a careful user writes them: float32 sums
+        # over 65536 rows are off by ~1e-3 themselves.
+        xh = (x - mean) * rstd
+        gd = dy * g_b
+        a = gd.sum(axes, keepdims=True, dtype=np.float64) / n
+        b = (gd * xh).sum(axes, keepdims=True, dtype=np.float64) / n
+        return (rstd * (gd - a - xh * b),
+                (dy * xh).sum(keep, dtype=np.float64).reshape(g.shape),
+                dy.sum(keep, dtype=np.float64).reshape(g.shape))
+
+    return Prepared(fast=lambda: backward(dy, x, mean, rstd, g, axis=axis, out=(dx, dg, db)),
+                    ref=ref, copy=lambda: np.copyto(dx, x), bytes_moved=3 * x.nbytes)
+
+
+def _layer_norm_backward(rng, x, axis, axes):
+    return _backward(rng, x, axis, axes, fastnorm.layer_norm, fastnorm.layer_norm_backward, True)
+
+
+def _batch_norm_backward(rng, x, axis, axes):
+    return _backward(rng, x, axis, axes, fastnorm.batch_norm, fastnorm.batch_norm_backward, False)
+
+
 OPS = {
     "layer_norm": _layer_norm,
     "rms_norm": _rms_norm,
     "batch_norm": _batch_norm,
     "batch_norm_eval": _batch_norm_eval,
     "mean_var": _mean_var,
+    "layer_norm_backward": _layer_norm_backward,
+    "batch_norm_backward": _batch_norm_backward,
 }
 
 
@@ -489,7 +528,7 @@ def print_report(rows, budget, load_before):
           "1.0 is the memory-bandwidth limit")
     print("  (mean_var only reads x: ~0.5 is its limit).  speed-up = NumPy time / "
           "fastnorm time; GB/s = bytes the ideal")
-    print("  kernel moves (read x + write y; mean_var: read x) / fastnorm time; "
+    print("  kernel moves (read x + write y; mean_var: read x; bwd: read dy, x + write dx) / time; "
           "max err = max |fastnorm - NumPy|;")
     print("  NumPy's float32 result is itself off by up to ~1e-4 on long reductions, "
           f"so only max err > {ERROR_TOLERANCE:g} is flagged.")
