@@ -104,13 +104,22 @@ cdef struct Sums:
     double b    # sum(gd * xhat)
 
 
+cdef inline fn_vd xhat(fn_vd x, fn_vd m, fn_vd r, fn_vd minus_mr, in_t* kind) noexcept nogil:
+    """(x - m) * r; as x * r - m * r (one FMA) for float16/float32 data,
+    whose cancellation float64's spare bits absorb."""
+    if in_t is double:
+        return fn_mul(fn_sub(x, m), r)
+    return fn_fma(x, r, minus_mr)
+
+
 cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
                           const char* gp, Py_ssize_t sg, char* pg, char* pb,
                           Py_ssize_t n, double m, double r, Sums* acc,
                           in_t* ki) noexcept nogil:
     """Pass 1 along one run: A and B into acc, dy * xhat and dy into the
     partial buffers pg, pb (gamma's layout: byte stride sg)."""
-    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), X, D, G, u, sa = fn_zero(), sb = fn_zero()
+    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), vmr = fn_set1(-m * r), X, D, G, u
+    cdef fn_vd sa = fn_zero(), sb = fn_zero()
     cdef fn_vd sa2 = fn_zero(), sb2 = fn_zero(), sd = fn_zero(), sdx = fn_zero()
     cdef Py_ssize_t i = 0, j
     cdef double xs, ds, gs, ta = 0.0, tb = 0.0, td = 0.0, tdx = 0.0
@@ -120,14 +129,14 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
         while i + 2 * FN_W <= n:
             j = i + FN_W
             D = vload(dyp + i * sdy, sdy, ki)
-            u = fn_mul(D, fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr))  # dy * xhat
+            u = fn_mul(D, xhat(vload(xp + i * sx, sx, ki), vm, vr, vmr, ki))  # dy * xhat
             G = fn_load_f64(<const double*>gp + i)
             sa = fn_fma(D, G, sa)
             sb = fn_fma(u, G, sb)
             fn_store_f64(<double*>pg + i, fn_add(u, fn_load_f64(<double*>pg + i)))
             fn_store_f64(<double*>pb + i, fn_add(D, fn_load_f64(<double*>pb + i)))
             D = vload(dyp + j * sdy, sdy, ki)
-            u = fn_mul(D, fn_mul(fn_sub(vload(xp + j * sx, sx, ki), vm), vr))
+            u = fn_mul(D, xhat(vload(xp + j * sx, sx, ki), vm, vr, vmr, ki))
             G = fn_load_f64(<const double*>gp + j)
             sa2 = fn_fma(D, G, sa2)
             sb2 = fn_fma(u, G, sb2)
@@ -141,7 +150,7 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
         while i + FN_W <= n:
             D = vload(dyp + i * sdy, sdy, ki)
             sd = fn_add(sd, D)
-            sdx = fn_fma(D, fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr), sdx)
+            sdx = fn_fma(D, xhat(vload(xp + i * sx, sx, ki), vm, vr, vmr, ki), sdx)
             i = i + FN_W
         td = fn_hsum(sd)
         tdx = fn_hsum(sdx)
@@ -172,6 +181,8 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
     `stream`, aligned vectors of dx bypass the cache.  x_ahead, dy_ahead (or
     NULL) are the next slice's run, prefetched while this one is written."""
     cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b), xh, t
+    # dx = r*dy*gamma - r*a - (x - m)*r*r*b = dy*(gamma*r) + x*c1 + c0
+    cdef fn_vd c1 = fn_set1(-r * r * b), c0 = fn_set1(m * r * r * b - r * a)
     cdef Param g
     cdef Py_ssize_t i = 0, head = 0
     cdef double xs
@@ -188,9 +199,16 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
             if x_ahead != NULL and i % (64 // sizeof(in_t)) == 0:  # once a cache line
                 fn_prefetch(x_ahead + i * sizeof(in_t))
                 fn_prefetch(dy_ahead + i * sizeof(in_t))
-            xh = fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr)
-            t = fn_sub(fn_mul(vload(dyp + i * sdy, sdy, ki), fn_load_f64(g.p + i * g.inc)), va)
-            t = fn_mul(fn_sub(t, fn_mul(xh, vb)), vr)
+            if in_t is double:
+                xh = fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr)
+                t = fn_sub(fn_mul(vload(dyp + i * sdy, sdy, ki), fn_load_f64(g.p + i * g.inc)), va)
+                t = fn_mul(fn_sub(t, fn_mul(xh, vb)), vr)
+            else:
+                # dx = dy * (gamma r) + (x * c1 + c0): three operations.  Its
+                # x * c1 + c0 cancels when the mean is large against the
+                # spread; float16/float32 data has the 29 bits float64 spares.
+                t = fn_fma(vload(xp + i * sx, sx, ki), c1, c0)
+                t = fn_fma(vload(dyp + i * sdy, sdy, ki), fn_mul(fn_load_f64(g.p + i * g.inc), vr), t)
             if stream:
                 vstream(<out_t*>(dxp + i * sdx), t)
             else:
