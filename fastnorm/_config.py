@@ -20,6 +20,17 @@ def get_num_threads() -> int:
     the calling thread, which honours ``OMP_NUM_THREADS`` and
     ``threadpoolctl.threadpool_limits``.  Small inputs run on one thread
     whatever this says, and a build without OpenMP always says 1.
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Examples
+    --------
+    >>> import fastnorm
+    >>> fastnorm.get_num_threads() >= 1
+    True
     """
     if not _OPENMP:
         return 1  # a serial build: set_num_threads has nothing to set
@@ -30,10 +41,32 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n) -> None:
-    """Use at most n threads in every later call (n >= 1); ``None`` goes
-    back to following OpenMP.  Results do not depend on the thread count:
-    they are bitwise identical for any n.  Safe to call while other threads
-    are computing (a call in flight keeps the count it started with)."""
+    """Use at most n threads in every later call.
+
+    Results do not depend on the thread count: they are bitwise identical
+    for any n.  Safe to call while other threads are computing (a call in
+    flight keeps the count it started with).
+
+    Parameters
+    ----------
+    n : int or None
+        n >= 1 threads; ``None`` goes back to following OpenMP.
+
+    Raises
+    ------
+    TypeError
+        n is not an integer (or None).
+    ValueError
+        n < 1.
+
+    Examples
+    --------
+    >>> import fastnorm
+    >>> fastnorm.set_num_threads(1)
+    >>> fastnorm.get_num_threads()
+    1
+    >>> fastnorm.set_num_threads(None)
+    """
     global _num_threads
     if n is not None:
         try:
@@ -78,7 +111,21 @@ def config() -> dict:
 
 
 def show_config() -> None:
-    """Print version, compiler, OpenMP runtime, threads and SIMD path."""
+    """Print version, compiler, OpenMP runtime, threads and SIMD path.
+
+    ``fastnorm._config.config()`` returns the same facts as a dict.
+
+    Examples
+    --------
+    >>> import fastnorm
+    >>> fastnorm.show_config()  # doctest: +ELLIPSIS
+    fastnorm ...
+      numpy: ...
+      compiler: ...
+      OpenMP: ...
+      threads: ...
+      SIMD: ...
+    """
     c = config()
     if c["openmp"]:
         omp = "yes" + (f", runtime {c['openmp_runtime']}" if c["openmp_runtime"] else "")
