@@ -67,6 +67,7 @@ cdef struct Grad:
     Py_ssize_t sstride        # n_slices + PAD
     Py_ssize_t gshift         # where gamma's (moved) base sits in a buffer, bytes
     double* sums              # COLUMNS: per block, A of every slice, then B
+    Py_ssize_t n_groups       # COLUMNS: outer kept indices x tiles of columns
     const char* gamma
     char* dgamma
     char* dbeta
@@ -322,6 +323,21 @@ cdef inline void cols_of(const Grad* g, Py_ssize_t group, Cols* t) noexcept nogi
         t.r[c] = (<const double*>(L.stat[1] + off))[0]
 
 
+cdef inline double* start_group(const Grad* g, Py_ssize_t blk, Py_ssize_t grp, Cols* t,
+                                Odometer* row) noexcept nogil:
+    """Pass 1 of block blk over group grp: t and row set up, and this block's
+    two per-column sums (the second at + sstride) zeroed and returned."""
+    cdef double* s1
+    cdef Py_ssize_t c
+    cols_of(g, grp, t)
+    s1 = g.sums + 2 * blk * g.sstride + t.slice0
+    for c in range(t.width):
+        s1[c] = 0.0
+        s1[g.sstride + c] = 0.0
+    odo_init(row, g.L.red, g.L.n_red, blk * g.per_block)
+    return s1
+
+
 cdef inline Py_ssize_t col_off(const Layout* L, const Cols* t, const Odometer* row,
                                int k) noexcept nogil:
     return t.outer.off[k] + row.off[k] + t.c0 * L.kept[L.n_kept - 1].stride[k]
@@ -331,7 +347,6 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
     """Pass 1 over one block of rows: per-column A, B and the parameter sums."""
     cdef const Layout* L = g.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
-    cdef Py_ssize_t n_groups = L.n_slices // vec.size * ((vec.size + COL_TILE - 1) // COL_TILE)
     cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
     cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY], sg = vec.stride[OP_G]
     cdef Py_ssize_t grp, k, c, go
@@ -347,14 +362,9 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
     cdef char* pb
     cdef fn_vd X, D, G, xh, gd, sd, sdx
     cdef double xs, ds, gs, td, tdx
-    for grp in range(n_groups):
-        cols_of(g, grp, &t)
-        sa = g.sums + 2 * blk * g.sstride + t.slice0
+    for grp in range(g.n_groups):
+        sa = start_group(g, blk, grp, &t, &row)
         sb = sa + g.sstride
-        for c in range(t.width):
-            sa[c] = 0.0
-            sb[c] = 0.0
-        odo_init(&row, L.red, L.n_red, r0)
         for k in range(nr):
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
@@ -412,7 +422,6 @@ cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept 
     are gamma times them."""
     cdef const Layout* L = g.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
-    cdef Py_ssize_t n_groups = L.n_slices // vec.size * ((vec.size + COL_TILE - 1) // COL_TILE)
     cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
     cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY]
     cdef Py_ssize_t grp, k, c
@@ -424,14 +433,9 @@ cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept 
     cdef const char* dyp
     cdef fn_vd D, xh
     cdef double xs, ds
-    for grp in range(n_groups):
-        cols_of(g, grp, &t)
-        s1 = g.sums + 2 * blk * g.sstride + t.slice0
+    for grp in range(g.n_groups):
+        s1 = start_group(g, blk, grp, &t, &row)
         s2 = s1 + g.sstride
-        for c in range(t.width):
-            s1[c] = 0.0
-            s2[c] = 0.0
-        odo_init(&row, L.red, L.n_red, r0)
         for k in range(nr):
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
@@ -486,7 +490,6 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
     """Pass 2 over one block of rows: dx = r * (dy * gamma - a - xhat * b)."""
     cdef const Layout* L = g.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
-    cdef Py_ssize_t n_groups = L.n_slices // vec.size * ((vec.size + COL_TILE - 1) // COL_TILE)
     cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
     cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY], sg = vec.stride[OP_G]
     cdef Py_ssize_t sdx = vec.stride[OP_DX]
@@ -502,7 +505,7 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
     cdef Param gv
     cdef fn_vd xh, tv
     cdef double xs
-    for grp in range(n_groups):
+    for grp in range(g.n_groups):
         cols_of(g, grp, &t)
         ab = g.sums + t.slice0
         bs = ab + g.sstride
@@ -559,6 +562,8 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     if g.partial == NULL and not g.slice_param:
         return -1
     if L.columns:
+        g.n_groups = (L.n_slices // L.kept[L.n_kept - 1].size
+                      * ((L.kept[L.n_kept - 1].size + COL_TILE - 1) // COL_TILE))
         g.sums = <double*>malloc(2 * g.n_blocks * g.sstride * sizeof(double))
         if g.sums == NULL:
             free(g.partial)
