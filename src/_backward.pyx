@@ -49,6 +49,10 @@ cdef enum:
     PREFETCH_BYTES = 16384          # of the next slice, while writing one
     STREAM_MIN_BYTES = 8 << 20      # dx this large is written around the caches
     PAD = 8                         # doubles between side-by-side buffers
+    PAGE = 512                      # doubles in 4 KiB
+    HALF_PAGE = 256
+    ROWS = 4                        # slices whose parameter sums share one
+                                    # pass over the partial buffers
 
 MODES = {"center": MODE_CENTER, "rms": MODE_RMS, "scale": MODE_SCALE}
 
@@ -61,10 +65,10 @@ cdef struct Grad:
     Py_ssize_t n_blocks       # blocks of slices (SLICES) or rows (COLUMNS)
     Py_ssize_t per_block
     double* partial           # per block: dgamma, then dbeta at + pstride
-    Py_ssize_t pstride        # n_param + PAD
+    Py_ssize_t pstride        # spaced(n_param)
     bint slice_param          # gamma has one entry per slice (batch norm):
                               # the per-slice sums are the parameter sums
-    Py_ssize_t sstride        # n_slices + PAD
+    Py_ssize_t sstride        # spaced(n_slices)
     Py_ssize_t gshift         # where gamma's (moved) base sits in a buffer, bytes
     double* sums              # COLUMNS: per block, A of every slice, then B
     Py_ssize_t n_groups       # COLUMNS: outer kept indices x tiles of columns
@@ -79,6 +83,15 @@ cdef inline Py_ssize_t block_count(Py_ssize_t units, Py_ssize_t min_per_block,
     threads, few enough for the memory; a function of the shape alone."""
     cdef Py_ssize_t cap = MAX_PARTIAL_BYTES // max(<Py_ssize_t>1, bytes_per_block)
     return max(<Py_ssize_t>1, min(min(<Py_ssize_t>MAX_BLOCKS, cap), units // min_per_block))
+
+
+cdef inline Py_ssize_t spaced(Py_ssize_t n) noexcept nogil:
+    """The stride, in doubles, of buffers of n doubles placed side by side:
+    at least n + PAD, and half a 4 KiB page off a multiple of it.  The CPU
+    matches loads against earlier stores by their low 12 address bits only,
+    so buffers a multiple of 4 KiB apart (or one vector more) make a loop
+    that updates both stall on false dependencies."""
+    return n + PAD + (HALF_PAGE - (n + PAD) % PAGE + PAGE) % PAGE
 
 
 cdef inline void add_partials(const Grad* g, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
@@ -173,19 +186,34 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
     acc.b = acc.b + fn_hsum(sb) + tb
 
 
+cdef inline fn_vd dx_vec(const char* xp, const char* dyp, const double* gp,
+                         fn_vd vm, fn_vd vr, fn_vd va, fn_vd vb, fn_vd c1, fn_vd c0,
+                         in_t* ki) noexcept nogil:
+    """FN_W contiguous values of dx = r * (dy * gamma - a - xhat * b)."""
+    cdef fn_vd xh, t
+    if in_t is double:
+        xh = fn_mul(fn_sub(fn_load_f64(<const double*>xp), vm), vr)
+        t = fn_sub(fn_mul(fn_load_f64(<const double*>dyp), fn_load_f64(gp)), va)
+        return fn_mul(fn_sub(t, fn_mul(xh, vb)), vr)
+    # dx = dy * (gamma r) + (x * c1 + c0): three operations.  Its x * c1 + c0
+    # cancels when the mean is large against the spread; float16/float32
+    # data has the 29 bits float64 spares.
+    t = fn_fma(vload(xp, sizeof(in_t), ki), c1, c0)
+    return fn_fma(vload(dyp, sizeof(in_t), ki), fn_mul(fn_load_f64(gp), vr), t)
+
+
 cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
                         const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
                         Py_ssize_t n, double m, double r, double a, double b, bint stream,
-                        const char* x_ahead, const char* dy_ahead,
                         in_t* ki, out_t* ko) noexcept nogil:
     """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b); with
-    `stream`, aligned vectors of dx bypass the cache.  x_ahead, dy_ahead (or
-    NULL) are the next slice's run, prefetched while this one is written."""
-    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b), xh, t
+    `stream`, aligned vectors of dx bypass the cache."""
+    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b)
     # dx = r*dy*gamma - r*a - (x - m)*r*r*b = dy*(gamma*r) + x*c1 + c0
-    cdef fn_vd c1 = fn_set1(-r * r * b), c0 = fn_set1(m * r * r * b - r * a)
+    cdef fn_vd c1 = fn_set1(-r * r * b), c0 = fn_set1(m * r * r * b - r * a), t
     cdef Param g
-    cdef Py_ssize_t i = 0, head = 0
+    cdef const double* gv
+    cdef Py_ssize_t i = 0, head = 0, step
     cdef double xs
     if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
             and param_init(&g, gp, sg)):
@@ -196,25 +224,26 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
             xs = (sload(xp + i * sx, ki) - m) * r
             sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * g.p[i * g.inc] - a - xs * b), ko)
             i = i + 1
-        while i + FN_W <= n:
-            if x_ahead != NULL and i % (64 // sizeof(in_t)) == 0:  # once a cache line
-                fn_prefetch(x_ahead + i * sizeof(in_t))
-                fn_prefetch(dy_ahead + i * sizeof(in_t))
-            if in_t is double:
-                xh = fn_mul(fn_sub(vload(xp + i * sx, sx, ki), vm), vr)
-                t = fn_sub(fn_mul(vload(dyp + i * sdy, sdy, ki), fn_load_f64(g.p + i * g.inc)), va)
-                t = fn_mul(fn_sub(t, fn_mul(xh, vb)), vr)
-            else:
-                # dx = dy * (gamma r) + (x * c1 + c0): three operations.  Its
-                # x * c1 + c0 cancels when the mean is large against the
-                # spread; float16/float32 data has the 29 bits float64 spares.
-                t = fn_fma(vload(xp + i * sx, sx, ki), c1, c0)
-                t = fn_fma(vload(dyp + i * sdy, sdy, ki), fn_mul(fn_load_f64(g.p + i * g.inc), vr), t)
-            if stream:
-                vstream(<out_t*>(dxp + i * sdx), t)
-            else:
-                vstore(dxp + i * sdx, sdx, t, ko)
-            i = i + FN_W
+        # The loops are split by gamma's kind and the store kind so that
+        # each is a straight run of vector operations.
+        gv = g.p + head * g.inc
+        step = FN_W * g.inc
+        if stream:
+            while i + FN_W <= n:
+                vstream(<out_t*>(dxp + i * sdx),
+                        dx_vec(xp + i * sx, dyp + i * sdy, gv, vm, vr, va, vb, c1, c0, ki))
+                gv = gv + step
+                i = i + FN_W
+        elif g.inc == 1:
+            while i + FN_W <= n:
+                vstore(dxp + i * sdx, sizeof(out_t),
+                       dx_vec(xp + i * sx, dyp + i * sdy, g.p + i, vm, vr, va, vb, c1, c0, ki), ko)
+                i = i + FN_W
+        else:
+            while i + FN_W <= n:
+                vstore(dxp + i * sdx, sizeof(out_t),
+                       dx_vec(xp + i * sx, dyp + i * sdy, g.p, vm, vr, va, vb, c1, c0, ki), ko)
+                i = i + FN_W
     while i < n:
         xs = (sload(xp + i * sx, ki) - m) * r
         sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * (<const double*>(gp + i * sg))[0]
@@ -238,10 +267,8 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     """Both passes over slice si; parameter sums into this block's part."""
     cdef const Layout* L = g.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
-    cdef Odometer s, r, s_next
+    cdef Odometer s, r
     cdef Py_ssize_t ri, n_runs = L.slice_len // inner.size, go
-    cdef const char* x_ahead
-    cdef const char* dy_ahead
     cdef double m, rs, a = 0.0, b = 0.0
     cdef Sums acc
     cdef char* pg
@@ -265,24 +292,18 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
         b = acc.b * g.inv_n
     elif g.mode == MODE_RMS:
         b = acc.b * g.inv_n
-    x_ahead = NULL
-    dy_ahead = NULL
-    if si + 1 < L.n_slices:
-        if (n_runs == 1 and inner.stride[OP_X] == sizeof(in_t)
-                and inner.stride[OP_DY] == sizeof(in_t)):
-            odo_init(&s_next, L.kept, L.n_kept, si + 1)
-            x_ahead = L.base[OP_X] + s_next.off[OP_X]
-            dy_ahead = L.base[OP_DY] + s_next.off[OP_DY]
-        else:
-            prefetch_slice(L, si + 1, OP_X)
-            prefetch_slice(L, si + 1, OP_DY)
+    if si + 1 < L.n_slices and n_runs > 1:
+        # A slice of several runs: start on the next one's head while this
+        # one is written (single runs are left to the hardware prefetcher).
+        prefetch_slice(L, si + 1, OP_X)
+        prefetch_slice(L, si + 1, OP_DY)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
         run_dx(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
                L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
                g.gamma + s.off[OP_G] + r.off[OP_G], inner.stride[OP_G],
                L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], inner.stride[OP_DX],
-               inner.size, m, rs, a, b, L.stream, x_ahead, dy_ahead, ki, ko)
+               inner.size, m, rs, a, b, L.stream, ki, ko)
         odo_next(&r, L.red, L.n_red - 1)
 
 
@@ -543,11 +564,8 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef Py_ssize_t i, n_blocks
     cdef Py_ssize_t units = L.slice_len if L.columns else L.n_slices
     cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
-    # Buffers side by side start PAD doubles off a multiple of 4 KiB: arrays
-    # exactly 4 KiB apart make the CPU see false dependencies between loads
-    # of one and stores to the other.
-    g.pstride = g.n_param + PAD
-    g.sstride = L.n_slices + PAD
+    g.pstride = spaced(g.n_param)
+    g.sstride = spaced(L.n_slices)
     n_blocks = block_count(units, ROWS_PER_BLOCK_MIN if L.columns else SLICES_PER_BLOCK_MIN,
                            per_unit * sizeof(double))
     g.per_block = (units + n_blocks - 1) // n_blocks
