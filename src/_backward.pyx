@@ -205,6 +205,7 @@ cdef inline fn_vd dx_vec(const char* xp, const char* dyp, const double* gp,
 cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
                         const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
                         Py_ssize_t n, double m, double r, double a, double b, bint stream,
+                        const char* x_ahead, const char* dy_ahead,
                         in_t* ki, out_t* ko) noexcept nogil:
     """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b); with
     `stream`, aligned vectors of dx bypass the cache."""
@@ -230,6 +231,9 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
         step = FN_W * g.inc
         if stream:
             while i + FN_W <= n:
+                if x_ahead != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
+                    fn_prefetch_l2(x_ahead + i * sizeof(in_t))
+                    fn_prefetch_l2(dy_ahead + i * sizeof(in_t))
                 vstream(<out_t*>(dxp + i * sdx),
                         dx_vec(xp + i * sx, dyp + i * sdy, gv, vm, vr, va, vb, c1, c0, ki))
                 gv = gv + step
@@ -262,6 +266,17 @@ cdef inline void prefetch_slice(const Layout* L, Py_ssize_t si, int k) noexcept 
         fn_prefetch(L.base[k] + s.off[k] + off)
 
 
+cdef inline void slice_coefs(const Grad* g, const Sums* acc, double* a, double* b) noexcept nogil:
+    """The a, b of pass 2 from a slice's sums A, B."""
+    a[0] = 0.0
+    b[0] = 0.0
+    if g.mode == MODE_CENTER:
+        a[0] = acc.a * g.inv_n
+        b[0] = acc.b * g.inv_n
+    elif g.mode == MODE_RMS:
+        b[0] = acc.b * g.inv_n
+
+
 cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
                      in_t* ki, out_t* ko) noexcept nogil:
     """Both passes over slice si; parameter sums into this block's part."""
@@ -269,7 +284,7 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Odometer s, r
     cdef Py_ssize_t ri, n_runs = L.slice_len // inner.size, go
-    cdef double m, rs, a = 0.0, b = 0.0
+    cdef double m, rs, a, b
     cdef Sums acc
     cdef char* pg
     cdef char* pb
@@ -287,11 +302,7 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
                  L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
                  g.gamma + go, inner.stride[OP_G], pg, pb, inner.size, m, rs, &acc, ki)
         odo_next(&r, L.red, L.n_red - 1)
-    if g.mode == MODE_CENTER:
-        a = acc.a * g.inv_n
-        b = acc.b * g.inv_n
-    elif g.mode == MODE_RMS:
-        b = acc.b * g.inv_n
+    slice_coefs(g, &acc, &a, &b)
     if si + 1 < L.n_slices and n_runs > 1:
         # A slice of several runs: start on the next one's head while this
         # one is written (single runs are left to the hardware prefetcher).
@@ -303,16 +314,146 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
                L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
                g.gamma + s.off[OP_G] + r.off[OP_G], inner.stride[OP_G],
                L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], inner.stride[OP_DX],
-               inner.size, m, rs, a, b, L.stream, ki, ko)
+               inner.size, m, rs, a, b, L.stream, NULL, NULL, ki, ko)
         odo_next(&r, L.red, L.n_red - 1)
+
+
+cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
+                           double* pg, double* pb, Py_ssize_t n,
+                           const double* m, const double* r, Sums* acc,
+                           in_t* ki) noexcept nogil:
+    """Pass 1 over ROWS contiguous runs that share gamma and the partial
+    buffers: A and B of each into acc[k], and one read-modify-write of the
+    buffers per vector for all of them.  The buffers receive the runs in
+    order, so the sums are those of ROWS calls of run_sums."""
+    cdef fn_vd vm[ROWS]
+    cdef fn_vd vr[ROWS]
+    cdef fn_vd vmr[ROWS]
+    cdef fn_vd sa[ROWS]
+    cdef fn_vd sb[ROWS]
+    cdef fn_vd G, PG, PB, D, u
+    cdef double ta[ROWS]
+    cdef double tb[ROWS]
+    cdef const char* xk[ROWS]     # local copies: stores to the buffers
+    cdef const char* dyk[ROWS]    # cannot change them, so they stay in registers
+    cdef double gs, ds, xs, tg, td
+    cdef Py_ssize_t i = 0
+    cdef int k
+    for k in range(ROWS):
+        xk[k] = xp[k]
+        dyk[k] = dyp[k]
+        vm[k] = fn_set1(m[k])
+        vr[k] = fn_set1(r[k])
+        vmr[k] = fn_set1(-m[k] * r[k])
+        sa[k] = fn_zero()
+        sb[k] = fn_zero()
+        ta[k] = 0.0
+        tb[k] = 0.0
+    while i + FN_W <= n:
+        G = fn_load_f64(gp + i)
+        PG = fn_load_f64(pg + i)
+        PB = fn_load_f64(pb + i)
+        for k in range(ROWS):
+            D = vload(dyk[k] + i * sizeof(in_t), sizeof(in_t), ki)
+            u = fn_mul(D, xhat(vload(xk[k] + i * sizeof(in_t), sizeof(in_t), ki),
+                               vm[k], vr[k], vmr[k], ki))
+            sa[k] = fn_fma(D, G, sa[k])
+            sb[k] = fn_fma(u, G, sb[k])
+            PG = fn_add(PG, u)
+            PB = fn_add(PB, D)
+        fn_store_f64(pg + i, PG)
+        fn_store_f64(pb + i, PB)
+        i = i + FN_W
+    while i < n:
+        gs = gp[i]
+        tg = pg[i]
+        td = pb[i]
+        for k in range(ROWS):
+            xs = (sload(xp[k] + i * sizeof(in_t), ki) - m[k]) * r[k]
+            ds = sload(dyp[k] + i * sizeof(in_t), ki)
+            ta[k] = ta[k] + ds * gs
+            tb[k] = tb[k] + ds * gs * xs
+            tg = tg + ds * xs
+            td = td + ds
+        pg[i] = tg
+        pb[i] = td
+        i = i + 1
+    for k in range(ROWS):
+        acc[k].a = fn_hsum(sa[k]) + ta[k]
+        acc[k].b = fn_hsum(sb[k]) + tb[k]
+
+
+cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
+                    in_t* ki, out_t* ko) noexcept nogil:
+    """Both passes over the ROWS slices from si, when each is one contiguous
+    run along which gamma lies (layer norm over the last axes): pass 1 reads
+    the rows side by side, so the parameter sums cost one update per vector
+    for all of them."""
+    cdef const Layout* L = g.L
+    cdef Py_ssize_t n = L.slice_len
+    cdef Odometer s
+    cdef const char* xp[ROWS]
+    cdef const char* dyp[ROWS]
+    cdef char* dxp[ROWS]
+    cdef double m[ROWS]
+    cdef double rs[ROWS]
+    cdef Sums acc[ROWS]
+    cdef double a, b
+    cdef int k
+    cdef const char* xa[ROWS]
+    cdef const char* da[ROWS]
+    odo_init(&s, L.kept, L.n_kept, si)
+    for k in range(ROWS):
+        xp[k] = L.base[OP_X] + s.off[OP_X]
+        dyp[k] = L.base[OP_DY] + s.off[OP_DY]
+        dxp[k] = L.base[OP_DX] + s.off[OP_DX]
+        m[k] = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
+        rs[k] = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
+        odo_next(&s, L.kept, L.n_kept)
+    for k in range(ROWS):
+        if si + ROWS + k < L.n_slices:
+            xa[k] = L.base[OP_X] + s.off[OP_X]
+            da[k] = L.base[OP_DY] + s.off[OP_DY]
+            odo_next(&s, L.kept, L.n_kept)
+        else:
+            xa[k] = NULL
+            da[k] = NULL
+    rows_sums(xp, dyp, <const double*>g.gamma, <double*>(<char*>part + g.gshift),
+              <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, ki)
+    for k in range(ROWS):
+        slice_coefs(g, &acc[k], &a, &b)
+        run_dx(xp[k], sizeof(in_t), dyp[k], sizeof(in_t), g.gamma, sizeof(double),
+               dxp[k], L.red[0].stride[OP_DX], n, m[k], rs[k], a, b, L.stream, xa[k], da[k], ki, ko)
+
+
+cdef inline bint rows_fit(const Grad* g, in_t* kind) noexcept nogil:
+    """Whether grad_rows applies: slices are single contiguous runs of x and
+    dy, with gamma contiguous along them and the same for every slice."""
+    cdef const Layout* L = g.L
+    cdef int j
+    if L.columns or L.n_red != 1:
+        return False
+    if (L.red[0].stride[OP_X] != sizeof(in_t) or L.red[0].stride[OP_DY] != sizeof(in_t)
+            or L.red[0].stride[OP_G] != sizeof(double)):
+        return False
+    for j in range(L.n_kept):
+        if L.kept[j].stride[OP_G] != 0:
+            return False
+    return True
 
 
 cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
     cdef Py_ssize_t si, lo = blk * g.per_block
     cdef Py_ssize_t hi = min(lo + g.per_block, g.L.n_slices)
     cdef double* part = g.partial + 2 * blk * g.pstride
-    for si in range(lo, hi):
+    si = lo
+    if rows_fit(g, ki):
+        while si + ROWS <= hi:
+            grad_rows(g, si, part, ki, ko)
+            si = si + ROWS
+    while si < hi:
         grad_slice(g, si, part, ki, ko)
+        si = si + 1
     fn_sfence()
 
 

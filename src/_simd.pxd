@@ -23,6 +23,7 @@ cdef extern from "fastnorm_simd.h" nogil:
     fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c)
     double fn_hsum(fn_vd a)
     void fn_prefetch(const void* p)
+    void fn_prefetch_l2(const void* p)
 
     fn_vd fn_load_f16(const half_t* p)
     fn_vd fn_load_f32(const float* p)

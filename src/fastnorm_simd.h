@@ -261,17 +261,19 @@ static inline void fn_sfence(void) {}
 
 static inline fn_vd fn_zero(void) { return fn_set1(0.0); }
 
+#if defined(__GNUC__) || defined(__clang__)
+#define FN_PREFETCH(p, locality) __builtin_prefetch((p), 0, (locality))
+#else
+#define FN_PREFETCH(p, locality) ((void)(p))
+#endif
+
 /* Ask for the cache line at p ahead of its use (rows of the COLUMNS pattern
  * are short segments far apart, which hardware prefetchers do not follow). */
-static inline void fn_prefetch(const void *p)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p, 0, 3);
-#else
-    (void)p;
-#endif
-}
+static inline void fn_prefetch(const void *p) { FN_PREFETCH(p, 3); }
 
+/* The same into the second-level cache only: for lines needed a while
+ * later, which would push lines in use out of the first. */
+static inline void fn_prefetch_l2(const void *p) { FN_PREFETCH(p, 2); }
 
 static inline double fn_hsum(fn_vd a)
 {

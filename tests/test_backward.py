@@ -218,6 +218,7 @@ CASES = {
     "rows_axis1": ((300, 70), "C", (1,), (7, 1)),
     "rows_fortran": ((300, 70), "F", (1,), (10, 1)),
     "long_rows": ((3, 5000), "C", (1,), (5, 1)),          # slices > 4096 values
+    "row_groups": ((67, 1030), "C", (1,), (5, 1)),        # rows four at a time, and the rest
     "wide_columns": ((130, 1100), "C", (0,), (11, 1)),    # > 1024 columns
     "nchw": ((4, 16, 10, 10), "C", (0, 2, 3), (4, 1)),
     "nchw_layer": ((4, 16, 10, 10), "C", (1, 2, 3), (16, 1)),
