@@ -1,6 +1,7 @@
 """Argument handling shared by every public function: one place for the
 dtype rules, axis conventions, parameter shapes, ``out=`` checks and the
 errors that name what is wrong."""
+import functools
 import math
 import operator
 import warnings
@@ -11,6 +12,11 @@ from numpy.exceptions import AxisError
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _F64 = np.dtype(np.float64)
 _F32 = np.dtype(np.float32)
+_NATIVE_FLOATS = frozenset(FLOAT_DTYPES)
+
+# Shape and axis bookkeeping depends only on (shape, axis); a training loop
+# asks the same questions every step, so the answers are kept.
+_cached = functools.lru_cache(maxsize=512)
 
 
 def as_input(x, name="x"):
@@ -21,6 +27,8 @@ def as_input(x, name="x"):
     non-native byte order or misaligned data, costs one copy.  Other dtypes
     raise TypeError.
     """
+    if type(x) is np.ndarray and x.dtype in _NATIVE_FLOATS and x.flags.aligned:
+        return x  # the common case, decided without the checks below
     a = np.asarray(x)
     dt = a.dtype
     if dt.kind in "iub":
@@ -58,6 +66,13 @@ def axes_tuple(axis, ndim, *, none_means=None):
     anything that is not an integer TypeError, as NumPy does."""
     if axis is None:
         return tuple(range(ndim)) if none_means is None else none_means
+    if type(axis) is int or (type(axis) is tuple and all(type(a) is int for a in axis)):
+        return _axes_of(axis, ndim)
+    return _axes_of.__wrapped__(axis, ndim)
+
+
+@_cached
+def _axes_of(axis, ndim):
     if isinstance(axis, (tuple, list)):
         items = list(axis)
     else:
@@ -84,13 +99,23 @@ def batch_axes(axis, ndim, what="batch_norm"):
     return tuple(i for i in range(ndim) if i != 1)
 
 
+@_cached
 def reduced_mask(axes, ndim):
     return tuple(i in axes for i in range(ndim))
 
 
+@_cached
 def keepdims_shape(shape, axes):
     """shape with the reduced axes set to 1 (the statistics' layout)."""
     return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+@_cached
+def _param_shapes(x_shape, along):
+    """(named shape, keepdims layout) of a parameter that varies along `along`."""
+    named = tuple(x_shape[i] for i in along)
+    keep = tuple(x_shape[i] if i in along else 1 for i in range(len(x_shape)))
+    return named, keep
 
 
 def check_eps(eps):
@@ -112,11 +137,14 @@ def param(value, name, x_shape, along):
     """
     if value is None:
         return None
+    named, keep = _param_shapes(tuple(x_shape), tuple(along))
+    if type(value) is np.ndarray and value.shape == named and value.dtype in _NATIVE_FLOATS:
+        # The common case: a float vector of the named shape.
+        a = value.reshape(keep)
+        return a if a.dtype == _F64 and a.flags.aligned else a.astype(_F64)
     a = np.asarray(value)
     if a.dtype.kind not in "fiub":
         raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
-    named = tuple(x_shape[i] for i in along)
-    keep = tuple(x_shape[i] if i in along else 1 for i in range(len(x_shape)))
     if a.shape == named:
         a = a.reshape(keep)
     elif not (a.ndim == len(x_shape) and all(

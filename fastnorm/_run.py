@@ -59,7 +59,8 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
         if o is not None:
             check_out(o, f"out[{i}]", keepdims_shape(x.shape, axes), stat_dtype)
     y, final = writable_target(outs[0], x, out_dtype)
-    gamma, beta = detach(gamma, y), detach(beta, y)
+    if outs[0] is not None:  # a fresh y shares memory with nothing
+        gamma, beta = detach(gamma, y), detach(beta, y)
     stats = kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,
                          given=given, want_var=want_var)
     if final is not None:
