@@ -114,7 +114,6 @@ cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, cons
     with `stream`, aligned vectors of y bypass the cache.  `ahead` (or NULL)
     is the next run of x: prefetched as this one is written, so that reading
     it overlaps the writes."""
-    cdef fn_vd piv = fn_set1(c.pivot), sh = fn_set1(c.shift), sc = fn_set1(c.scale), t
     cdef const in_t* x = <const in_t*>xp
     cdef out_t* y = <out_t*>yp
     cdef const double* gp = g.p      # locals: see normalize_columns
@@ -129,20 +128,45 @@ cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, cons
         sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
                * gp[i * ginc] + bp[i * binc], ko)
         i = i + 1
+    # One loop per kind of gain and bias (along the run, or one value
+    # each), so that neither costs an index computation per vector.
+    if ginc == 1 and binc == 1:
+        i = normalize_loop(x, y, gp, 1, bp, 1, i, n, c, stream, ahead, ki, ko)
+    elif ginc == 0 and binc == 0:
+        i = normalize_loop(x, y, gp, 0, bp, 0, i, n, c, stream, ahead, ki, ko)
+    else:
+        i = normalize_loop(x, y, gp, ginc, bp, binc, i, n, c, stream, ahead, ki, ko)
+    while i < n:
+        sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
+               * gp[i * ginc] + bp[i * binc], ko)
+        i = i + 1
+
+
+cdef inline Py_ssize_t normalize_loop(const in_t* x, out_t* y, const double* gp, Py_ssize_t ginc,
+                                      const double* bp, Py_ssize_t binc, Py_ssize_t i,
+                                      Py_ssize_t n, Coef c, bint stream, const char* ahead,
+                                      in_t* ki, out_t* ko) noexcept nogil:
+    """The vector body of normalize_vector from i; returns where it stopped.
+    Inlined with constant ginc and binc, it indexes the parameters directly."""
+    cdef fn_vd piv = fn_set1(c.pivot), sh = fn_set1(c.shift), sc = fn_set1(c.scale), t
+    # float16/float32 data: xhat = x * scale - (pivot + shift) * scale, one
+    # FMA; the cancellation it has at a large mean costs bits of float64's
+    # 53 that the data (24 at most) never had.
+    cdef fn_vd minus_ms = fn_set1(-(c.pivot + c.shift) * c.scale)
     while i + FN_W <= n:
         if ahead != NULL and i % (64 // sizeof(in_t)) == 0:  # once a cache line
             fn_prefetch(ahead + i * sizeof(in_t))
-        t = fn_mul(fn_sub(shifted(vload(<const char*>(x + i), sizeof(in_t), ki), piv, ki), sh), sc)
+        if in_t is double:
+            t = fn_mul(fn_sub(fn_sub(vload(<const char*>(x + i), sizeof(in_t), ki), piv), sh), sc)
+        else:
+            t = fn_fma(vload(<const char*>(x + i), sizeof(in_t), ki), sc, minus_ms)
         t = fn_fma(t, fn_load_f64(gp + i * ginc), fn_load_f64(bp + i * binc))
         if stream:
             vstream(y + i, t)
         else:
             vstore(<char*>(y + i), sizeof(out_t), t, ko)
         i = i + FN_W
-    while i < n:
-        sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
-               * gp[i * ginc] + bp[i * binc], ko)
-        i = i + 1
+    return i
 
 
 cdef inline void normalize_scalar(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
