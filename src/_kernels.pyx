@@ -16,7 +16,7 @@
 
 from cython.parallel cimport prange
 from libc.stdlib cimport malloc, free
-from libc.math cimport sqrt, NAN
+from libc.math cimport sqrt, fabs, NAN
 cimport numpy as cnp
 
 from _simd cimport *
@@ -208,6 +208,10 @@ cdef struct SlicePlan:
     Py_ssize_t n_chunks       # blocks per run
     Moments* blocks           # items mode: one per (slice, run, block)
     Coef* coefs               # items mode: one per slice
+    bint f32                  # float32 data and output, contiguous runs:
+                              # the normalization pass runs in float32
+    float* g32                # gamma and beta as float along the run (one
+    float* b32                # run per slice, shared), or NULL: one per run
 
 
 cdef inline const char* run_start(const SlicePlan* p, const Odometer* s, const Odometer* r, int k) noexcept nogil:
@@ -227,15 +231,93 @@ cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const O
                        inner.stride[OP_X], n, pivot, ki)
 
 
+cdef inline bint normalize_f32(const SlicePlan* p, const Odometer* s, const Odometer* r,
+                               Py_ssize_t start, Py_ssize_t n, Coef c) noexcept nogil:
+    """normalize_block in float32 arithmetic (fn_normalize_f32); false, with
+    nothing written, for a slice whose mean or scale float32 cannot hold
+    with room to spare (then the float64 path takes it)."""
+    cdef double mean = c.pivot + c.shift
+    cdef float m = <float>mean, gv, bv
+    cdef float sc = <float>c.scale, e = <float>((mean - <double>m) * c.scale)
+    cdef const float* g = p.g32 + start if p.g32 != NULL else &gv
+    cdef const float* b = p.b32 + start if p.b32 != NULL else &bv
+    cdef const float* x = <const float*>run_start(p, s, r, OP_X) + start
+    cdef float* y = <float*>run_start(p, s, r, OP_Y) + start
+    if not (fabs(mean) < 1e30 and 1e-30 < c.scale < 1e30):
+        return False
+    if p.g32 == NULL:
+        gv = <float>(<const double*>run_start(p, s, r, OP_G))[0]
+    if p.b32 == NULL:
+        bv = <float>(<const double*>run_start(p, s, r, OP_B))[0]
+    # Constant increments, so that each call is inlined with its own loop.
+    if p.g32 != NULL and p.b32 != NULL:
+        fn_normalize_f32(x, y, g, 1, b, 1, n, m, sc, e, p.L.stream)
+    elif p.g32 == NULL and p.b32 == NULL:
+        fn_normalize_f32(x, y, g, 0, b, 0, n, m, sc, e, p.L.stream)
+    else:
+        fn_normalize_f32(x, y, g, p.g32 != NULL, b, p.b32 != NULL, n, m, sc, e, p.L.stream)
+    return True
+
+
 cdef inline void normalize_block(const SlicePlan* p, const Odometer* s, const Odometer* r,
                                  Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead,
                                  in_t* ki, out_t* ko) noexcept nogil:
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
+    if in_t is float and out_t is float:
+        if p.f32 and normalize_f32(p, s, r, start, n, c):
+            return
     normalize_run(run_start(p, s, r, OP_X) + start * inner.stride[OP_X], inner.stride[OP_X],
                   <char*>run_start(p, s, r, OP_Y) + start * inner.stride[OP_Y], inner.stride[OP_Y],
                   run_start(p, s, r, OP_G) + start * inner.stride[OP_G], inner.stride[OP_G],
                   run_start(p, s, r, OP_B) + start * inner.stride[OP_B], inner.stride[OP_B],
                   n, c, p.L.stream, ahead, ki, ko)
+
+
+cdef inline float* float_param(const Layout* L, int k, Py_ssize_t n, bint* ok) noexcept nogil:
+    """Parameter k as n floats along the run, when it varies along the run
+    and is the same for every slice; NULL when it is one value per run (or
+    cannot be used: then *ok turns false, or on a failed allocation)."""
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef float* out
+    cdef Py_ssize_t i
+    cdef int j
+    if inner.stride[k] == 0:
+        return NULL
+    if inner.stride[k] != sizeof(double) or L.n_red != 1:
+        ok[0] = False
+        return NULL
+    for j in range(L.n_kept):
+        if L.kept[j].stride[k] != 0:
+            ok[0] = False
+            return NULL
+    out = <float*>malloc(n * sizeof(float))
+    if out == NULL:
+        ok[0] = False
+        return NULL
+    for i in range(n):
+        out[i] = <float>(<const double*>L.base[k])[i]
+    return out
+
+
+cdef void plan_f32(SlicePlan* p) noexcept nogil:
+    """Whether (and with which parameter tables) the float32 pass applies:
+    x and y contiguous along the run, gamma and beta usable as floats."""
+    cdef const Layout* L = p.L
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef bint ok = (p.has_y and inner.stride[OP_X] == sizeof(float)
+                    and inner.stride[OP_Y] == sizeof(float))
+    p.g32 = NULL
+    p.b32 = NULL
+    if ok:
+        p.g32 = float_param(L, OP_G, p.run_len, &ok)
+    if ok:
+        p.b32 = float_param(L, OP_B, p.run_len, &ok)
+    p.f32 = ok
+
+
+cdef inline void free_plan_f32(SlicePlan* p) noexcept nogil:
+    free(p.g32)
+    free(p.b32)
 
 
 cdef inline void prefetch_slice(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
@@ -327,6 +409,11 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     p.n_chunks = (p.run_len + CHUNK - 1) // CHUNK
     p.blocks = NULL
     p.coefs = NULL
+    p.f32 = False
+    p.g32 = NULL
+    p.b32 = NULL
+    if in_t is float and out_t is float:
+        plan_f32(&p)
 
     if nthreads <= 1 or L.n_slices >= 2 * nthreads:
         # Enough slices for every thread: each takes whole slices.
@@ -336,6 +423,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
         else:
             for i in range(L.n_slices):
                 slice_whole(&p, i, ki, ko)
+        free_plan_f32(&p)
         return 0
 
     # A few long slices: split them into (run, block) items.  The items of a
@@ -345,11 +433,13 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     n_items = L.n_slices * per_slice
     p.coefs = <Coef*>malloc(L.n_slices * sizeof(Coef))
     if p.coefs == NULL:
+        free_plan_f32(&p)
         return -1
     if mode != MODE_GIVEN:
         p.blocks = <Moments*>malloc(n_items * sizeof(Moments))
         if p.blocks == NULL:
             free(p.coefs)
+            free_plan_f32(&p)
             return -1
         for si in range(L.n_slices):
             odo_init(&s, L.kept, L.n_kept, si)
@@ -370,6 +460,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
             slice_item_normalize(&p, i, ki, ko)
     free(p.blocks)
     free(p.coefs)
+    free_plan_f32(&p)
     return 0
 
 

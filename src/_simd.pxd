@@ -35,6 +35,9 @@ cdef extern from "fastnorm_simd.h" nogil:
     void fn_stream_f32(float* p, fn_vd v)
     void fn_stream_f64(double* p, fn_vd v)
     void fn_sfence()
+    void fn_normalize_f32(const float* x, float* y, const float* g, Py_ssize_t g_inc,
+                          const float* b, Py_ssize_t b_inc, Py_ssize_t n,
+                          float m, float s, float e, int stream)
 
     double fn_half_to_double(half_t h)
     half_t fn_double_to_half(double v)

@@ -292,6 +292,62 @@ static inline double fn_hsum(fn_vd a)
 }
 
 /* ------------------------------------------------------------------ */
+/* float32 in, float32 out: the normalization pass in float32 arithmetic. */
+/*
+ * y = ((x - m) * s - e) * g + b over n contiguous floats, where m is the
+ * slice's mean rounded to float and e = (mean - m) * scale what that
+ * rounding left: x - m is exact for x within a factor 2 of m (Sterbenz) and
+ * otherwise off by half an ulp of itself, so xhat carries float32's relative
+ * error however large the mean, and none of float64's conversions.  g and b
+ * advance by g_inc, b_inc (1: one per value, 0: one for the run), and are
+ * inlined as constants by the callers.  With `stream`, y's aligned vectors
+ * are written around the caches.
+ */
+static inline void fn_normalize_f32(const float *x, float *y, const float *g, ptrdiff_t g_inc,
+                                    const float *b, ptrdiff_t b_inc, ptrdiff_t n,
+                                    float m, float s, float e, int stream)
+{
+    ptrdiff_t i = 0;
+#if defined(__GNUC__) || defined(__clang__)
+    typedef float fn_vf32 __attribute__((vector_size(FN_VBYTES)));
+    enum { WF = FN_VBYTES / 4 };
+    fn_vf32 vm = {0}, vs = {0}, ve = {0}, vx, vg, vb, t;
+    ptrdiff_t head = 0;
+    vm += m;
+    vs += s;
+    ve += e;
+    if (stream) {
+        head = (ptrdiff_t)(((uintptr_t)y / sizeof(float)) % WF);
+        head = head == 0 ? 0 : WF - head;
+        if (head > n) head = n;
+    }
+    for (; i < head; i++)
+        y[i] = ((x[i] - m) * s - e) * g[i * g_inc] + b[i * b_inc];
+    for (; i + WF <= n; i += WF) {
+        memcpy(&vx, x + i, sizeof vx);
+        if (g_inc) memcpy(&vg, g + i, sizeof vg); else { vg = (fn_vf32){0}; vg += g[0]; }
+        if (b_inc) memcpy(&vb, b + i, sizeof vb); else { vb = (fn_vf32){0}; vb += b[0]; }
+        t = ((vx - vm) * vs - ve) * vg + vb;
+        if (stream) {
+#if defined(__AVX512F__)
+            _mm512_stream_ps(y + i, (__m512)t);
+#elif defined(__AVX__)
+            _mm256_stream_ps(y + i, (__m256)t);
+#elif defined(__SSE2__)
+            _mm_stream_ps(y + i, (__m128)t);
+#else
+            memcpy(y + i, &t, sizeof t);
+#endif
+        } else {
+            memcpy(y + i, &t, sizeof t);
+        }
+    }
+#endif
+    for (; i < n; i++)
+        y[i] = ((x[i] - m) * s - e) * g[i * g_inc] + b[i * b_inc];
+}
+
+/* ------------------------------------------------------------------ */
 /* Runtime CPU detection, used by the baseline module to pick a level.  */
 static inline int fn_cpu_has_x86_64_v3(void)
 {

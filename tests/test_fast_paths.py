@@ -1,0 +1,116 @@
+"""The float32 normalization pass (float32 data into float32 output along
+contiguous runs), case by case: every way it is entered and every way it
+hands a slice back to the float64 pass.
+
+Each test compares with a float64 reference on the very same float32
+values (tests/reference.py), so only fastnorm's own error is measured.
+"""
+import numpy as np
+import pytest
+
+import fastnorm
+from reference import assert_close, ref_layer_norm, ref_rms_norm
+
+F32 = np.float32
+
+
+def _x(shape, offset=0.0, scale=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return (offset + scale * rng.standard_normal(shape)).astype(F32)
+
+
+def _bar(y_ref, rel=2e-6):
+    """float32 rounding of y plus that of xhat: a few ulps of |y| + |beta|."""
+    return rel * (np.abs(y_ref) + 1.0)
+
+
+@pytest.mark.parametrize("shape", [(7, 1001), (3, 16), (64, 768), (5, 3)])
+@pytest.mark.parametrize("params", ["none", "gamma", "beta", "both", "keepdims"])
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_rows_float32_pass_matches_float64(shape, params, offset):
+    x = _x(shape, offset)
+    rng = np.random.default_rng(1)
+    n = shape[-1]
+    g = rng.uniform(0.5, 2.0, n).astype(F32) if params in ("gamma", "both", "keepdims") else None
+    b = rng.standard_normal(n).astype(F32) if params in ("beta", "both", "keepdims") else None
+    if params == "keepdims":
+        g, b = g.reshape(1, n), b.reshape(1, n)
+    y = fastnorm.layer_norm(x, g, b)
+    assert y.dtype == F32
+    ref = ref_layer_norm(x, (1,), None if g is None else g.reshape(-1),
+                         None if b is None else b.reshape(-1))[0]
+    # The accuracy bar of float32 data at a large offset (1e-5) holds.
+    assert_close(y, ref, 1e-5 if offset else _bar(ref), f"{shape} {params} {offset}")
+
+
+def test_rms_rows_float32_pass():
+    x = _x((33, 515), 3.0)
+    g = np.random.default_rng(2).uniform(0.5, 2.0, 515).astype(F32)
+    y = fastnorm.rms_norm(x, g)
+    ref = ref_rms_norm(x, (1,), g)[0]
+    assert_close(y, ref, _bar(ref), "rms_norm")
+
+
+def test_rows_float32_pass_unaligned_and_streamed_output():
+    # 9 MiB of output goes around the caches; an out= that starts one float
+    # past a vector boundary makes the pass write a scalar head first.
+    x = _x((2304, 1025), 2.0)
+    buf = np.empty(x.size + 1, F32)
+    out = buf[1:].reshape(x.shape)
+    y = fastnorm.layer_norm(x, out=out)
+    assert y is out
+    ref = ref_layer_norm(x, (1,))[0]
+    assert_close(y, ref, _bar(ref), "streamed")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_rows_float32_pass_long_slices_split_across_threads(threads):
+    # Fewer slices than twice the threads: slices are cut into blocks and
+    # each block is normalized on its own (gamma indexed from its start).
+    x = _x((2, 70_001), -5.0)
+    g = np.random.default_rng(3).uniform(0.5, 2.0, 70_001).astype(F32)
+    b = np.random.default_rng(4).standard_normal(70_001).astype(F32)
+    fastnorm.set_num_threads(threads)
+    try:
+        y = fastnorm.layer_norm(x, g, b)
+    finally:
+        fastnorm.set_num_threads(None)
+    ref = ref_layer_norm(x, (1,), g, b)[0]
+    assert_close(y, ref, _bar(ref), f"{threads} threads")
+
+
+def test_batch_norm_eval_nchw_float32_pass():
+    # Runs of H*W values with one gamma, beta, mean and rstd each.
+    x = _x((4, 6, 9, 11), 1.5)
+    rng = np.random.default_rng(5)
+    g, b = rng.uniform(0.5, 2.0, 6), rng.standard_normal(6)
+    rm, rv = rng.standard_normal(6), rng.uniform(0.5, 2.0, 6)
+    y = fastnorm.batch_norm(x, g, b, rm, rv, training=False)
+    k = (1, 6, 1, 1)
+    ref = ((x.astype(np.float64) - rm.reshape(k)) / np.sqrt(rv.reshape(k) + 1e-5)
+           * g.reshape(k) + b.reshape(k))
+    assert_close(y, ref, _bar(ref), "batch_norm eval")
+
+
+@pytest.mark.parametrize("case", ["huge_mixed_signs", "huge_offset", "tiny_spread"])
+def test_rows_float32_pass_hands_extreme_slices_to_float64(case):
+    # Slices whose mean or scale float32 cannot hold with room to spare are
+    # normalized in float64: the float32 pass would overflow (x - mean) or
+    # the scale.  Each row is its own case, next to an ordinary row.
+    rng = np.random.default_rng(6)
+    eps = 1e-5
+    if case == "huge_mixed_signs":
+        # mean near +2.6e38: x - mean for the negative values is below
+        # -float32's largest.
+        row = np.where(np.arange(64) % 16 == 0, -3e38, 3e38)
+    elif case == "huge_offset":
+        row = 1e31 + 1e25 * rng.standard_normal(64)
+    else:
+        # Subnormal spread and eps=0: the scale (about 1e45) exceeds float32.
+        row = np.where(np.arange(64) % 2 == 0, 0.0, float(np.finfo(F32).smallest_subnormal))
+        eps = 0.0
+    x = np.stack([row, rng.standard_normal(64)]).astype(F32)
+    y = fastnorm.layer_norm(x, eps=eps)
+    assert np.all(np.isfinite(y))
+    ref = ref_layer_norm(x, (1,), eps=eps)[0]
+    assert_close(y, ref, _bar(ref), case)
