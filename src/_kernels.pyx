@@ -483,6 +483,10 @@ cdef struct ColumnPlan:
     bint prefetch             # rows are pieces far apart: prefetch them
     double* state             # per item: mean, m2 (STATE_STRIDE doubles)
     double* coef              # per group: pivot, shift, scale (COEF_STRIDE doubles)
+    bint f32                  # float32 data and output, columns contiguous:
+                              # the normalization pass runs in float32...
+    bint fold                 # ...with gain and bias folded into the column
+                              # coefficients (they are the same for every row)
 
 
 cdef struct Tile:
@@ -659,6 +663,70 @@ cdef inline void column_scalar(const in_t* x, out_t* y, const Param* g, const Pa
            * t.scale[c] * g.p[c * g.inc] + b.p[c * b.inc], ko)
 
 
+cdef bint columns_f32(const ColumnPlan* p, const Tile* t, Py_ssize_t r0,
+                      Py_ssize_t nr) noexcept nogil:
+    """Rows r0 .. r0 + nr of a tile in float32 arithmetic
+    (fn_normalize_cols_f32); false, with nothing written, if a column's
+    coefficients do not fit float32 with room to spare."""
+    cdef float m32[COL_TILE]
+    cdef float s32[COL_TILE]
+    cdef float e32[COL_TILE]
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    cdef Odometer row, ahead
+    cdef const char* gp
+    cdef const char* bp
+    cdef double mean, sc, e, gc, bc
+    cdef float g = 1.0, b = 0.0
+    cdef Py_ssize_t c, k
+    odo_init(&row, p.L.red, p.L.n_red, r0)
+    gp = col_ptr(p, t, &row, OP_G)
+    bp = col_ptr(p, t, &row, OP_B)
+    for c in range(t.width):
+        mean = t.pivot[c] + t.shift[c]
+        sc = t.scale[c]
+        if not (fabs(mean) < 1e30 and 1e-30 < sc < 1e30):
+            return False
+        m32[c] = <float>mean
+        e = (mean - <double>m32[c]) * sc
+        if p.fold:
+            gc = (<const double*>(gp + c * vec.stride[OP_G]))[0]
+            bc = (<const double*>(bp + c * vec.stride[OP_B]))[0]
+            sc = sc * gc
+            e = e * gc - bc
+            if not (fabs(sc) < 1e30 and fabs(e) < 1e30):  # a zero gain is fine
+                return False
+        s32[c] = <float>sc
+        e32[c] = <float>e
+    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
+    for k in range(nr):
+        if p.prefetch:
+            prefetch_segment(col_ptr(p, t, &ahead, OP_X), t.width * sizeof(float))
+            odo_next(&ahead, p.L.red, p.L.n_red)
+        if not p.fold:
+            g = <float>(<const double*>col_ptr(p, t, &row, OP_G))[0]
+            b = <float>(<const double*>col_ptr(p, t, &row, OP_B))[0]
+        fn_normalize_cols_f32(<const float*>col_ptr(p, t, &row, OP_X),
+                              <float*>col_ptr(p, t, &row, OP_Y),
+                              m32, s32, e32, t.width, g, b, p.L.stream)
+        odo_next(&row, p.L.red, p.L.n_red)
+    return True
+
+
+cdef void plan_columns_f32(ColumnPlan* p, bint has_y) noexcept nogil:
+    """Whether the float32 pass applies to this float32 call, and how gain
+    and bias enter it: folded when they are the same for every row, per row
+    when they are the same for every column, else not at all."""
+    cdef const Layout* L = p.L
+    cdef const Axis* vec = &L.kept[L.n_kept - 1]
+    cdef int a
+    p.fold = True
+    for a in range(L.n_red):
+        if L.red[a].stride[OP_G] != 0 or L.red[a].stride[OP_B] != 0:
+            p.fold = False
+    p.f32 = (has_y and vec.stride[OP_X] == sizeof(float) and vec.stride[OP_Y] == sizeof(float)
+             and (p.fold or (vec.stride[OP_G] == 0 and vec.stride[OP_B] == 0)))
+
+
 cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
     cdef Tile t
     cdef Odometer row, ahead
@@ -675,6 +743,10 @@ cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
     cdef Param g, b
     cdef double ts
     tile_of(p, group, &t)
+    if in_t is float and out_t is float:
+        if p.f32 and columns_f32(p, &t, r0, nr):
+            fn_sfence()
+            return
     odo_init(&row, p.L.red, p.L.n_red, r0)
     odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     for k in range(nr):
@@ -726,6 +798,9 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.prefetch = not (p.n_tiles == 1 and L.n_red >= 1
                       and L.red[L.n_red - 1].stride[OP_X] == p.n_cols * L.kept[L.n_kept - 1].stride[OP_X])
     p.state = NULL
+    p.f32 = False
+    if in_t is float and out_t is float:
+        plan_columns_f32(&p, has_y)
     p.coef = <double*>malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if p.coef == NULL:
         return -1

@@ -294,57 +294,85 @@ static inline double fn_hsum(fn_vd a)
 /* ------------------------------------------------------------------ */
 /* float32 in, float32 out: the normalization pass in float32 arithmetic. */
 /*
- * y = ((x - m) * s - e) * g + b over n contiguous floats, where m is the
- * slice's mean rounded to float and e = (mean - m) * scale what that
- * rounding left: x - m is exact for x within a factor 2 of m (Sterbenz) and
- * otherwise off by half an ulp of itself, so xhat carries float32's relative
- * error however large the mean, and none of float64's conversions.  g and b
- * advance by g_inc, b_inc (1: one per value, 0: one for the run), and are
- * inlined as constants by the callers.  With `stream`, y's aligned vectors
- * are written around the caches.
+ * y = ((x - m) * s - e) * g + b, where m is the slice's (or column's) mean
+ * rounded to float and e = (mean - m) * scale what that rounding left: x - m
+ * is exact for x within a factor 2 of m (Sterbenz) and otherwise off by half
+ * an ulp of itself, so xhat carries float32's relative error however large
+ * the mean, and none of float64's conversions.  With `stream`, y's aligned
+ * vectors are written around the caches.
  */
+#if defined(__GNUC__) || defined(__clang__)
+typedef float fn_vf32 __attribute__((vector_size(FN_VBYTES)));
+#define FN_WF (FN_VBYTES / 4)
+
+/* Values of y before its first vector-aligned address (0 without stream). */
+static inline ptrdiff_t fn_head_f32(const float *y, ptrdiff_t n, int stream)
+{
+    ptrdiff_t head = (ptrdiff_t)(((uintptr_t)y / sizeof(float)) % FN_WF);
+    head = (!stream || head == 0) ? 0 : FN_WF - head;
+    return head > n ? n : head;
+}
+
+static inline void fn_put_f32(float *p, fn_vf32 t, int stream)
+{
+    if (stream) {
+#if defined(__AVX512F__)
+        _mm512_stream_ps(p, (__m512)t);
+#elif defined(__AVX__)
+        _mm256_stream_ps(p, (__m256)t);
+#elif defined(__SSE2__)
+        _mm_stream_ps(p, (__m128)t);
+#else
+        memcpy(p, &t, sizeof t);
+#endif
+    } else {
+        memcpy(p, &t, sizeof t);
+    }
+}
+
+static inline fn_vf32 fn_loadu_f32(const float *p) { fn_vf32 v; memcpy(&v, p, sizeof v); return v; }
+static inline fn_vf32 fn_set1_f32(float a) { fn_vf32 v = {0}; return v + a; }
+#endif
+
+/* Along a run: g and b advance by g_inc, b_inc (1: one per value, 0: one
+ * for the run), inlined as constants by the callers. */
 static inline void fn_normalize_f32(const float *x, float *y, const float *g, ptrdiff_t g_inc,
                                     const float *b, ptrdiff_t b_inc, ptrdiff_t n,
                                     float m, float s, float e, int stream)
 {
     ptrdiff_t i = 0;
 #if defined(__GNUC__) || defined(__clang__)
-    typedef float fn_vf32 __attribute__((vector_size(FN_VBYTES)));
-    enum { WF = FN_VBYTES / 4 };
-    fn_vf32 vm = {0}, vs = {0}, ve = {0}, vx, vg, vb, t;
-    ptrdiff_t head = 0;
-    vm += m;
-    vs += s;
-    ve += e;
-    if (stream) {
-        head = (ptrdiff_t)(((uintptr_t)y / sizeof(float)) % WF);
-        head = head == 0 ? 0 : WF - head;
-        if (head > n) head = n;
-    }
-    for (; i < head; i++)
+    fn_vf32 vm = fn_set1_f32(m), vs = fn_set1_f32(s), ve = fn_set1_f32(e), vg, vb;
+    for (ptrdiff_t head = fn_head_f32(y, n, stream); i < head; i++)
         y[i] = ((x[i] - m) * s - e) * g[i * g_inc] + b[i * b_inc];
-    for (; i + WF <= n; i += WF) {
-        memcpy(&vx, x + i, sizeof vx);
-        if (g_inc) memcpy(&vg, g + i, sizeof vg); else { vg = (fn_vf32){0}; vg += g[0]; }
-        if (b_inc) memcpy(&vb, b + i, sizeof vb); else { vb = (fn_vf32){0}; vb += b[0]; }
-        t = ((vx - vm) * vs - ve) * vg + vb;
-        if (stream) {
-#if defined(__AVX512F__)
-            _mm512_stream_ps(y + i, (__m512)t);
-#elif defined(__AVX__)
-            _mm256_stream_ps(y + i, (__m256)t);
-#elif defined(__SSE2__)
-            _mm_stream_ps(y + i, (__m128)t);
-#else
-            memcpy(y + i, &t, sizeof t);
-#endif
-        } else {
-            memcpy(y + i, &t, sizeof t);
-        }
+    for (; i + FN_WF <= n; i += FN_WF) {
+        vg = g_inc ? fn_loadu_f32(g + i) : fn_set1_f32(g[0]);
+        vb = b_inc ? fn_loadu_f32(b + i) : fn_set1_f32(b[0]);
+        fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * vg + vb, stream);
     }
 #endif
     for (; i < n; i++)
         y[i] = ((x[i] - m) * s - e) * g[i * g_inc] + b[i * b_inc];
+}
+
+/* One row of a tile of columns: the column arrays m, s, e hold each
+ * column's mean, scale and rounding rest (or gain and bias folded in, with
+ * g = 1 and b = 0), and g, b are the row's. */
+static inline void fn_normalize_cols_f32(const float *x, float *y, const float *m,
+                                         const float *s, const float *e, ptrdiff_t n,
+                                         float g, float b, int stream)
+{
+    ptrdiff_t i = 0;
+#if defined(__GNUC__) || defined(__clang__)
+    fn_vf32 vg = fn_set1_f32(g), vb = fn_set1_f32(b);
+    for (ptrdiff_t head = fn_head_f32(y, n, stream); i < head; i++)
+        y[i] = ((x[i] - m[i]) * s[i] - e[i]) * g + b;
+    for (; i + FN_WF <= n; i += FN_WF)
+        fn_put_f32(y + i, ((fn_loadu_f32(x + i) - fn_loadu_f32(m + i)) * fn_loadu_f32(s + i)
+                           - fn_loadu_f32(e + i)) * vg + vb, stream);
+#endif
+    for (; i < n; i++)
+        y[i] = ((x[i] - m[i]) * s[i] - e[i]) * g + b;
 }
 
 /* ------------------------------------------------------------------ */

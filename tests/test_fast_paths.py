@@ -114,3 +114,78 @@ def test_rows_float32_pass_hands_extreme_slices_to_float64(case):
     assert np.all(np.isfinite(y))
     ref = ref_layer_norm(x, (1,), eps=eps)[0]
     assert_close(y, ref, _bar(ref), case)
+
+
+# --------------------------------------------------------------------------
+# the COLUMNS pattern: a row of each tile of columns at a time
+
+def _bn_ref(x, axes, g, b, mean=None, var=None, eps=1e-5):
+    xd = x.astype(np.float64)
+    if mean is None:
+        mean = xd.mean(axis=axes, keepdims=True)
+        var = xd.var(axis=axes, keepdims=True)
+    return (xd - mean) / np.sqrt(var + eps) * g + b
+
+
+@pytest.mark.parametrize("shape, axes", [((300, 70), (0,)),            # (N, C)
+                                         ((130, 1100), (0,)),          # two tiles
+                                         ((4, 5, 6, 24), (0, 1, 2))],  # NHWC
+                         ids=["NC", "two-tiles", "NHWC"])
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_columns_float32_pass_batch_norm(shape, axes, offset):
+    # Gain and bias are the same for every row: folded into the columns'
+    # coefficients, zero gains included.
+    x = _x(shape, offset)
+    c = shape[-1]
+    rng = np.random.default_rng(7)
+    g = rng.uniform(0.5, 2.0, c) * rng.choice([-1.0, 1.0], c)
+    g[::7] = 0.0
+    b = rng.standard_normal(c)
+    y = fastnorm.batch_norm(x, g, b, axis=axes)
+    assert y.dtype == F32
+    ref = _bn_ref(x, axes, g, b)
+    assert_close(y, ref, 1e-5 if offset else _bar(ref), f"{shape} {offset}")
+
+
+def test_columns_float32_pass_batch_norm_eval():
+    x = _x((257, 40), 2.0)
+    rng = np.random.default_rng(8)
+    g, b = rng.uniform(0.5, 2.0, 40), rng.standard_normal(40)
+    rm, rv = rng.standard_normal(40), rng.uniform(0.5, 2.0, 40)
+    y = fastnorm.batch_norm(x, g, b, rm, rv, training=False, axis=0)
+    ref = _bn_ref(x, (0,), g, b, rm, rv)
+    assert_close(y, ref, _bar(ref), "batch_norm eval (N, C)")
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_columns_float32_pass_layer_norm_axis0(order):
+    # Gain and bias vary along the rows: one of each per row.
+    x = np.asarray(_x((513, 77), -3.0), order=order)
+    rng = np.random.default_rng(9)
+    g, b = rng.uniform(0.5, 2.0, 513), rng.standard_normal(513)
+    y = fastnorm.layer_norm(x, g, b, axis=0)
+    ref = ref_layer_norm(x, (0,), g.reshape(-1, 1), b.reshape(-1, 1))[0]
+    assert_close(y, ref, _bar(ref), f"layer_norm axis 0 ({order})")
+
+
+def test_columns_float32_pass_streamed_unaligned_output():
+    x = _x((8200, 257), 1.0)
+    buf = np.empty(x.size + 3, F32)
+    out = buf[3:].reshape(x.shape)
+    g = np.random.default_rng(10).uniform(0.5, 2.0, 257)
+    y = fastnorm.batch_norm(x, g, axis=0, out=out)
+    assert y is out
+    ref = _bn_ref(x, (0,), g, 0.0)
+    assert_close(y, ref, _bar(ref), "streamed columns")
+
+
+def test_columns_float32_pass_hands_extreme_tiles_to_float64():
+    # One column near float32's largest values with mixed signs: its tile
+    # is normalized in float64 (float32 would overflow x - mean).
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((64, 20)).astype(F32)
+    x[:, 3] = np.where(np.arange(64) % 16 == 0, -3e38, 3e38)
+    y = fastnorm.batch_norm(x, axis=0)
+    assert np.all(np.isfinite(y))
+    ref = _bn_ref(x, (0,), 1.0, 0.0)
+    assert_close(y, ref, _bar(ref), "extreme column")
