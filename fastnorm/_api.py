@@ -4,9 +4,10 @@ import warnings
 
 import numpy as np
 
-from ._args import (as_input, axes_tuple, batch_axes, check_eps, check_out,
+from ._args import (as_input, axes_tuple, batch_axes, check_eps, check_out, check_training,
                     keepdims_shape, param, result_dtypes, running_stat)
 from ._run import deliver, kernel_stats, normalize
+from ._route import any_dask, via_dask
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
 
@@ -51,6 +52,8 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     >>> v
     array([1.25, 1.25, 1.25])
     """
+    if any_dask(x):
+        return via_dask(mean_var, locals())
     x = as_input(x)
     axes = axes_tuple(axis, x.ndim)
     res_dtype, _ = result_dtypes(x.dtype, dtype)
@@ -127,6 +130,8 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     array([[-1.2247,  0.    ,  1.2247],
            [-0.7071, -0.7071,  1.4142]])
     """
+    if any_dask(x, gamma, beta):
+        return via_dask(layer_norm, locals())
     x = as_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
@@ -174,6 +179,8 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
     array([0.8485, 1.1314])
     """
+    if any_dask(x, gamma):
+        return via_dask(rms_norm, locals())
     x = as_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
@@ -245,6 +252,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     >>> rm, rv
     (array([0.2, 2. ]), array([ 1.1, 20.9]))
     """
+    if any_dask(x, gamma, beta, running_mean, running_var):
+        return via_dask(batch_norm, locals())
     x = as_input(x)
     axes = batch_axes(axis, x.ndim)
     kept = tuple(i for i in range(x.ndim) if i not in axes)
@@ -266,16 +275,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, given=(mean, rstd))
     else:
-        n = math.prod(x.shape[i] for i in axes)
-        if n <= 1:
-            raise ValueError(f"batch_norm training needs more than one value per feature, "
-                             f"got n={n} (x.shape={x.shape}, reduced axes {axes})")
-        try:
-            momentum = float(momentum)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"momentum must be a real number, got {momentum!r}") from e
-        if not math.isfinite(momentum):
-            raise ValueError(f"momentum must be finite, got {momentum}")
+        n, momentum = check_training(x.shape, axes, momentum)
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
             rv_view = running_stat(running_var, "running_var", x.shape, kept)
