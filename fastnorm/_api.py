@@ -34,7 +34,8 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
         Result dtype (float16, float32 or float64); default as ``np.mean``:
         x's float dtype, float64 for integers.  Accumulation is always float64.
     out : tuple of two ndarrays, optional
-        Arrays for (mean, var), of the result's shape and dtype.
+        Arrays for (mean, var), of the result's shape and dtype.  Not with
+        Dask arrays (TypeError).
 
     Returns
     -------
@@ -110,6 +111,7 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype (``out=x`` works in place);
         with ``return_stats`` a tuple ``(y, mean, rstd)`` (entries may be None).
+        Not with Dask arrays (TypeError).
     dtype : dtype, optional
         Output dtype (float16, float32 or float64); default x's float dtype.
     return_stats : bool, optional
@@ -161,7 +163,7 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
         Added to the mean of squares.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype; with ``return_stats`` a
-        tuple ``(y, rstd)``.
+        tuple ``(y, rstd)``.  Not with Dask arrays (TypeError).
     dtype : dtype, optional
         Output dtype; default x's float dtype.
     return_stats : bool, optional
@@ -211,7 +213,10 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         ``r_mean = (1 - momentum) * r_mean + momentum * mean`` and
         ``r_var = (1 - momentum) * r_var + momentum * var * n / (n - 1)``,
         n the number of values per feature (PyTorch's convention).  With
-        ``training=False`` they are required and used to normalize.
+        ``training=False`` they are required and used to normalize.  With a
+        Dask x, training computes the batch statistics during the call (one
+        pass over x) and updates these NumPy arrays before returning; y is
+        lazy and reads x once more when computed.
     training : bool, optional
         Normalize with the batch mean and biased variance (default), or with
         the running statistics in one pass that computes no statistics.
@@ -224,7 +229,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         channels-last NHWC, ``axis=0`` for (N, C).
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype (``out=x`` works); with
-        ``return_stats`` a tuple ``(y, mean, rstd)``.
+        ``return_stats`` a tuple ``(y, mean, rstd)``.  Not with Dask arrays
+        (TypeError).
     dtype : dtype, optional
         Output dtype; default x's float dtype.
     return_stats : bool, optional

@@ -47,7 +47,8 @@ def mean_var(x, axis, ddof, keepdims, dtype, out):
     if n - ddof <= 0 and x.size > 0:
         warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
     states = merged_states(x, axes, "center")
-    results = (field(states, "mean"), field(states, "m2", max(n - ddof, 0)))
+    results = (states.map_blocks(tasks.centre, dtype=np.float64),
+               field(states, "m2", max(n - ddof, 0)))
     results = tuple(r.astype(res_dtype) for r in results)
     if not keepdims:
         results = tuple(r.squeeze(axis=axes) for r in results)

@@ -85,7 +85,8 @@ def slice_stats(x, axes, mode, eps):
     n = math.prod(x.shape[i] for i in axes)
     states = merged_states(x, axes, mode)
     if mode == "center":
-        mean, spread = field(states, "mean"), field(states, "m2", n)
+        mean = states.map_blocks(tasks.centre, dtype=_F64)
+        spread = field(states, "m2", n)
     else:
         mean, spread = None, field(states, "mean")
     return mean, spread, rstd_of(spread, eps)

@@ -194,6 +194,12 @@ def inverse_std(spread, eps):
         return 1.0 / np.sqrt(spread + eps)
 
 
+def centre(states):
+    """The mean of MOMENTS, NaN where the variance is NaN: a slice with a NaN
+    or an inf has neither (Chan's merge may leave an inf mean there)."""
+    return np.where(np.isnan(states["m2"]), np.nan, states["mean"])
+
+
 def divide(a, d):
     """a / d without warnings (0 / 0 is an empty reduction's NaN)."""
     with np.errstate(invalid="ignore", divide="ignore"):

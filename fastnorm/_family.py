@@ -95,7 +95,7 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
         Added to the variance.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype; with ``return_stats`` a
-        tuple ``(y, mean, rstd)``.
+        tuple ``(y, mean, rstd)``.  Not with Dask arrays (TypeError).
     dtype : dtype, optional
         Output dtype; default x's float dtype.
     return_stats : bool, optional

@@ -147,7 +147,7 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     out : ndarray or tuple, optional
         Arrays for the results: dx alone, or ``(dx, dgamma, dbeta)`` (entries
         may be None), of the results' shapes and dtypes; ``out=dy`` or
-        ``out=x`` works in place.
+        ``out=x`` works in place.  Not with Dask arrays (TypeError).
 
     Returns
     -------
