@@ -62,9 +62,11 @@ def layer_norm(x, gamma, beta, axis, eps, out, dtype, return_stats):
     gamma = lazy_param(gamma, "gamma", x, axes)
     beta = lazy_param(beta, "beta", x, axes)
     no_out(out)
-    y, (mean, _, rstd) = normalized(x, axes, "center", _api.layer_norm, eps=eps, gamma=gamma,
-                                    beta=beta, dtype=dtype, want_stats=return_stats,
-                                    axis=axes)
+    y, (mean, _, rstd) = normalized(
+        x, axes, "center", eps=eps, gamma=gamma, beta=beta, dtype=dtype,
+        want_stats=return_stats, whole_chunks=lambda dt: per_chunk(
+            _api.layer_norm, x, {"gamma": gamma, "beta": beta}, dt, axis=axes, eps=eps,
+            dtype=dt))
     if not return_stats:
         return y
     return y, stat_out(mean, x.dtype, dtype), stat_out(rstd, x.dtype, dtype)
@@ -76,9 +78,10 @@ def rms_norm(x, gamma, axis, eps, out, dtype, return_stats):
     eps = check_eps(eps)
     gamma = lazy_param(gamma, "gamma", x, axes)
     no_out(out)
-    y, (_, _, rstd) = normalized(x, axes, "rms", _api.rms_norm, eps=eps,
-                                 gamma=gamma, beta=None, dtype=dtype,
-                                 want_stats=return_stats, axis=axes)
+    y, (_, _, rstd) = normalized(
+        x, axes, "rms", eps=eps, gamma=gamma, beta=None, dtype=dtype,
+        want_stats=return_stats, whole_chunks=lambda dt: per_chunk(
+            _api.rms_norm, x, {"gamma": gamma}, dt, axis=axes, eps=eps, dtype=dt))
     if not return_stats:
         return y
     return y, stat_out(rstd, x.dtype, dtype)
@@ -128,8 +131,10 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
         no_out(out)
         if running_mean is None:
             y, (mean, _, rstd) = normalized(
-                x, axes, "center", _api.batch_norm, eps=eps, gamma=gamma, beta=beta,
-                dtype=dtype, want_stats=return_stats, axis=axes)
+                x, axes, "center", eps=eps, gamma=gamma, beta=beta, dtype=dtype,
+                want_stats=return_stats, whole_chunks=lambda dt: per_chunk(
+                    _api.batch_norm, x, {"gamma": gamma, "beta": beta}, dt, axis=axes,
+                    eps=eps, dtype=dt))
         else:
             mean, var, rstd = dask.compute(*slice_stats(x, axes, "center", eps))
             _running_update(running_mean, running_var, x, kept, momentum, n, mean, var)
@@ -158,8 +163,10 @@ def group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, return
         # One channel per group: statistics per sample and channel, whatever
         # the chunks of the channel axis.
         y, (mean, _, rstd) = normalized(
-            x, axes, "center", _family.instance_norm, eps=eps, gamma=gamma, beta=beta,
-            dtype=dtype, want_stats=return_stats, channel_axis=ch)
+            x, axes, "center", eps=eps, gamma=gamma, beta=beta, dtype=dtype,
+            want_stats=return_stats, whole_chunks=lambda dt: per_chunk(
+                _family.instance_norm, x, {"gamma": gamma, "beta": beta}, dt,
+                channel_axis=ch, eps=eps, dtype=dt))
     elif not return_stats and whole_slices(x, axes + (ch,)):
         y = per_chunk(_family.group_norm, x, {"gamma": gamma, "beta": beta}, out_dtype,
                       num_groups=grp.groups, eps=eps, dtype=out_dtype, channel_axis=ch)
@@ -201,9 +208,10 @@ def weight_norm(v, g, axis, return_norm):
     # As on the NumPy path: rms_norm with eps 0 and gain g / sqrt(n).
     scale = (aligned(np.full((1,) * v.ndim, 1.0 / math.sqrt(n)), v) if gain is None
              else gain / math.sqrt(n))
-    w, (_, mean_sq, _) = normalized(v, axes, "rms", _api.rms_norm, eps=0.0,
-                                    gamma=scale, beta=None, dtype=None,
-                                    want_stats=return_norm, axis=axes)
+    w, (_, mean_sq, _) = normalized(
+        v, axes, "rms", eps=0.0, gamma=scale, beta=None, dtype=None,
+        want_stats=return_norm, whole_chunks=lambda dt: per_chunk(
+            _family.weight_norm, v, {"g": gain}, dt, axis=axes))
     if not return_norm:
         return w
     return w, stat_out(da.sqrt(mean_sq * n), v.dtype, None)
@@ -212,6 +220,9 @@ def weight_norm(v, g, axis, return_norm):
 def weight_standardize(w, axis, eps):
     w = lazy_input(w, "w")
     axes = _family._all_but_first(axis, w.ndim)
-    y, _ = normalized(w, axes, "center", _api.layer_norm, eps=check_eps(eps), gamma=None,
-                      beta=None, dtype=None, want_stats=False, axis=axes)
+    eps = check_eps(eps)
+    y, _ = normalized(
+        w, axes, "center", eps=eps, gamma=None, beta=None, dtype=None, want_stats=False,
+        whole_chunks=lambda dt: per_chunk(_family.weight_standardize, w, {}, dt, axis=axes,
+                                          eps=eps))
     return y

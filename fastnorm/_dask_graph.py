@@ -92,18 +92,14 @@ def slice_stats(x, axes, mode, eps):
     return mean, spread, rstd_of(spread, eps)
 
 
-def normalized(x, axes, mode, numpy_func, *, eps, gamma, beta, dtype, want_stats,
-               **kwargs):
-    """y and the float64 statistics (mean, spread, rstd; None when not
-    wanted and each chunk could normalize itself) of a layer/RMS-style
-    normalization over `axes`.  numpy_func(chunk, gamma=, [beta=,] eps=,
-    dtype=, **kwargs) is the NumPy call for chunks that hold whole slices
-    (beta is not passed in mode 'rms')."""
+def normalized(x, axes, mode, *, eps, gamma, beta, dtype, want_stats, whole_chunks):
+    """y and the float64 statistics (mean, spread, rstd) of a layer/RMS-style
+    normalization over `axes`.  When no statistics are wanted and every
+    chunk holds whole slices, y is whole_chunks(output dtype) instead (the
+    NumPy call on each chunk: one pass) and the statistics are None."""
     out_dtype, _ = result_dtypes(x.dtype, dtype)
     if not want_stats and whole_slices(x, axes):
-        params = {"gamma": gamma} if mode == "rms" else {"gamma": gamma, "beta": beta}
-        return per_chunk(numpy_func, x, params, out_dtype, eps=eps, dtype=out_dtype,
-                         **kwargs), (None, None, None)
+        return whole_chunks(out_dtype), (None, None, None)
     mean, spread, rstd = slice_stats(x, axes, mode, eps)
     return given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype), (mean, spread, rstd)
 

@@ -101,7 +101,8 @@ FORWARD = {
     "instance_norm": lambda x: fastnorm.instance_norm(x, P["c"], P["c2"], return_stats=True),
     "instance_norm-y": lambda x: fastnorm.instance_norm(x),
     "weight_norm": lambda x: fastnorm.weight_norm(x, P["n"], return_norm=True),
-    "weight_norm-y": lambda x: fastnorm.weight_norm(x, axis=(1, 3)),
+    "weight_norm-y": lambda x: fastnorm.weight_norm(x, P["n"]),
+    "weight_norm-axes": lambda x: fastnorm.weight_norm(x, axis=(1, 3)),
     "weight_standardize": lambda x: fastnorm.weight_standardize(x),
 }
 
