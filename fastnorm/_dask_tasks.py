@@ -54,8 +54,9 @@ def task_threads():
     """OpenMP threads one kernel call inside a task may use: this process's
     cores shared among the threads that run tasks, at least 1.  0 (no
     ceiling) on the main thread, where the synchronous scheduler runs one
-    task at a time.  In distributed's worker processes OMP_NUM_THREADS is
-    already 1, and the ceiling agrees."""
+    task at a time.  (Distributed's worker processes also start with
+    OMP_NUM_THREADS=1, which keeps each call there on one thread: this
+    ceiling counts only the threads of its own process.)"""
     if threading.current_thread() is threading.main_thread():
         return 0
     from dask.system import CPU_COUNT
@@ -175,7 +176,7 @@ def merge_groups(states, groups, axis, per_channel):
     """MOMENTS per channel (along `axis`, whole) merged within each of
     `groups` groups of neighbouring channels, each channel's state holding
     per_channel values."""
-    shape = states.shape[:axis] + (groups, -1) + states.shape[axis + 1:]
+    shape = states.shape[:axis] + (groups, states.shape[axis] // groups) + states.shape[axis + 1:]
     mean, m2 = states["mean"].reshape(shape), states["m2"].reshape(shape)
     merged = None
     with np.errstate(invalid="ignore", over="ignore"):
