@@ -5,22 +5,23 @@ With xhat = (x - mean) * rstd and gd = dy * gamma, per slice
 ``B = sum(gd * xhat)`` (RMS: no centring and A = 0; batch norm in eval:
 ``dx = rstd * gd``), and ``dgamma = sum(dy * xhat)``, ``dbeta = sum(dy)``
 over the values that read each entry of gamma.  A and B, dgamma and dbeta
-are sums over chunks: NumPy on each chunk, in float64, added in Dask's tree
-reduction, so the reduced axes may be chunked.  When every chunk holds whole
-slices, dx comes from the kernels on each chunk instead.
+are sums over chunks: a task reads one chunk of dy and x and returns its
+part of them (NumPy, in float64), and the parts are added in Dask's tree
+reduction, so the reduced axes may be chunked; then a task per chunk
+computes dx.  Nothing the size of x is held between tasks.  When every
+chunk holds whole slices, dx comes from the kernels on each chunk instead.
 """
+import functools
 import math
 
 import dask.array as da
 import numpy as np
 
-from . import _grad
+from . import _dask_tasks as tasks, _grad
 from ._args import axes_tuple, batch_axes, keepdims_shape
 from ._dask_args import aligned, conformed, lazy_array, lazy_input, no_out, stand_in
-from ._dask_graph import channel_param, per_chunk, whole_slices
+from ._dask_graph import channel_param, chunkwise, per_chunk, whole_slices
 from ._family import Groups
-
-_F64 = np.dtype(np.float64)
 
 
 def _pair(dy, x):
@@ -45,41 +46,37 @@ def _gamma(gamma, x, along):
     return aligned(conformed(gamma, g), x), shape, _grad._param_dtype(gdt, x.dtype)
 
 
-def _slice_sum(axes):
-    def total(a):
-        return a.sum(axis=axes, keepdims=True)
-    return total
+def _count(x, axes):
+    return math.prod(x.shape[i] for i in axes)
 
 
-def gradients(dy, x, mean, rstd, g, mode, n, slice_sum):
+def gradients(dy, x, mean, rstd, g, mode, axes, n, per_slice=None, numpy_func=None,
+              **kwargs):
     """dx (x's dtype) and the float64 sums dgamma, dbeta in g's keepdims
-    layout.  slice_sum(a) gives each slice's sum of a, broadcast against x;
-    n is the number of values per slice; mean is None for RMS."""
-    xf, dyf = x.astype(_F64), dy.astype(_F64)
-    xhat = xf * rstd if mean is None else (xf - mean) * rstd
-    gd = dyf * g
-    if mode == "scale":
-        dx = gd * rstd
-    else:
-        inner = gd - xhat * (slice_sum(gd * xhat) / n)
-        if mode == "center":
-            inner = inner - slice_sum(gd) / n
-        dx = rstd * inner
+    layout, for per-chunk sums over `axes` (n values per slice).  mean is
+    None for RMS.  per_slice turns per-chunk-axes sums into each slice's
+    (group norm adds up channels); numpy_func(dy, x=, mean=, rstd=, gamma=,
+    axis=axes, **kwargs) gives dx of chunks that hold whole slices."""
     shared = tuple(i for i, s in enumerate(g.shape) if s == 1)  # gamma broadcast along them
-    return (dx.astype(x.dtype), (dyf * xhat).sum(axis=shared, keepdims=True),
-            dyf.sum(axis=shared, keepdims=True))
-
-
-def _backward(numpy_func, dy, x, axes, mean, rstd, g, mode, **kwargs):
-    """dx and float64 dgamma, dbeta of a normalization over `axes`: dx from
-    the NumPy function on each chunk when the chunks hold whole slices."""
-    n = math.prod(x.shape[i] for i in axes)
-    dx, dg, db = gradients(dy, x, mean, rstd, g, mode, n, _slice_sum(axes))
-    if whole_slices(x, axes):
+    sums = chunkwise(functools.partial(tasks.param_sums_block, axes=shared), dy,
+                     (x, mean, rstd), tasks.PARAM_SUMS, "param-sums", summed=shared)
+    dgamma, dbeta = (sums[f].sum(axis=shared, keepdims=True) for f in ("dgamma", "dbeta"))
+    if numpy_func is not None and whole_slices(x, axes):
         stats = {"rstd": rstd} if mean is None else {"mean": mean, "rstd": rstd}
         dx = per_chunk(numpy_func, dy, dict(x=x, **stats, gamma=g), x.dtype, index=0,
                        axis=axes, **kwargs)
-    return dx, dg, db
+        return dx, dgamma, dbeta
+    a = b = None
+    if mode != "scale":
+        parts = chunkwise(functools.partial(tasks.slice_sums_block, axes=axes), dy,
+                          (x, mean, rstd, g), tasks.SLICE_SUMS, "slice-sums", summed=axes)
+        a, b = (parts[f].sum(axis=axes, keepdims=True) for f in ("a", "b"))
+        if per_slice is not None:
+            a, b = per_slice(a), per_slice(b)
+        a = a if mode == "center" else None
+    dx = chunkwise(functools.partial(tasks.dx_block, n=n, out_dtype=x.dtype), dy,
+                   (x, mean, rstd, g, aligned(a, x), aligned(b, x)), x.dtype, "dx")
+    return dx, dgamma, dbeta
 
 
 def layer_norm_backward(dy, x, mean, rstd, gamma, axis, out):
@@ -88,7 +85,8 @@ def layer_norm_backward(dy, x, mean, rstd, gamma, axis, out):
     g, shape, pdt = _gamma(gamma, x, axes)
     mean, rstd = _stat(mean, "mean", x, axes), _stat(rstd, "rstd", x, axes)
     no_out(out)
-    dx, dg, db = _backward(_grad.layer_norm_backward, dy, x, axes, mean, rstd, g, "center")
+    dx, dg, db = gradients(dy, x, mean, rstd, g, "center", axes, _count(x, axes),
+                           numpy_func=_grad.layer_norm_backward)
     return dx, _grad._param_grad(dg, shape, pdt, None), _grad._param_grad(db, shape, pdt, None)
 
 
@@ -98,7 +96,8 @@ def rms_norm_backward(dy, x, rstd, gamma, axis, out):
     g, shape, pdt = _gamma(gamma, x, axes)
     rstd = _stat(rstd, "rstd", x, axes)
     no_out(out)
-    dx, dg, _ = _backward(_grad.rms_norm_backward, dy, x, axes, None, rstd, g, "rms")
+    dx, dg, _ = gradients(dy, x, None, rstd, g, "rms", axes, _count(x, axes),
+                          numpy_func=_grad.rms_norm_backward)
     return dx, _grad._param_grad(dg, shape, pdt, None)
 
 
@@ -109,8 +108,9 @@ def batch_norm_backward(dy, x, mean, rstd, gamma, axis, training, out):
     g, shape, pdt = _gamma(gamma, x, kept)
     mean, rstd = _stat(mean, "mean", x, axes), _stat(rstd, "rstd", x, axes)
     no_out(out)
-    dx, dg, db = _backward(_grad.batch_norm_backward, dy, x, axes, mean, rstd, g,
-                           "center" if training else "scale", training=training)
+    dx, dg, db = gradients(dy, x, mean, rstd, g, "center" if training else "scale", axes,
+                           _count(x, axes), numpy_func=_grad.batch_norm_backward,
+                           training=training)
     return dx, _grad._param_grad(dg, shape, pdt, None), _grad._param_grad(db, shape, pdt, None)
 
 
@@ -141,11 +141,12 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis, out)
     no_out(out)
 
     def group_sum(a):
-        """Per sample and group, the sum of a, repeated for each channel."""
-        s = a.sum(axis=axes, keepdims=True).rechunk({ch: -1})
-        split = s.shape[:ch] + (grp.groups, per_group) + s.shape[ch + 1:]
-        return da.repeat(s.reshape(split).sum(axis=ch + 1), per_group, axis=ch)
+        """Sums per sample and channel as sums per sample and group, repeated
+        for each channel of the group."""
+        a = a.rechunk({ch: -1})
+        split = a.shape[:ch] + (grp.groups, per_group) + a.shape[ch + 1:]
+        return da.repeat(a.reshape(split).sum(axis=ch + 1), per_group, axis=ch)
 
-    n = per_group * math.prod(x.shape[i] for i in axes)
-    dx, dg, db = gradients(dy, x, mean, rstd, aligned(g, x), "center", n, group_sum)
+    dx, dg, db = gradients(dy, x, mean, rstd, aligned(g, x), "center", axes,
+                           per_group * _count(x, axes), per_slice=group_sum)
     return dx, _grad._param_grad(dg, shape, pdt, None), _grad._param_grad(db, shape, pdt, None)

@@ -50,14 +50,16 @@ def rstd_of(spread, eps):
     return spread.map_blocks(tasks.inverse_std, eps, dtype=_F64)
 
 
-def _blockwise(func, x, arrays, dtype, name):
+def chunkwise(func, x, arrays, dtype, name, summed=()):
     """func(chunk of x, *pieces of arrays) for every chunk of x; the arrays
-    are aligned with x (keepdims layout) or None."""
+    are aligned with x (keepdims layout) or None.  func sums over the axes
+    `summed`: its result has size 1 along them."""
     ind = tuple(range(x.ndim))
     args = [x, ind]
     for a in arrays:
         args += [a, None if a is None else ind]
     return da.blockwise(func, ind, *args, dtype=dtype, meta=meta(x.ndim, dtype),
+                        adjust_chunks=dict.fromkeys(summed, 1),
                         name=f"fastnorm-{name}-" + dask.base.tokenize(func, x, *arrays))
 
 
@@ -67,14 +69,14 @@ def per_chunk(func, x, arrays, result_dtype, index=None, **kwargs):
     result number `index` if given): for chunks that hold whole slices."""
     bound = functools.partial(tasks.numpy_block, functools.partial(func, **kwargs),
                               tuple(arrays), index)
-    return _blockwise(bound, x, tuple(arrays.values()), result_dtype, func.__name__)
+    return chunkwise(bound, x, tuple(arrays.values()), result_dtype, func.__name__)
 
 
 def given_normalize(x, axes, mean, rstd, gamma, beta, dtype):
     """y from merged statistics (float64, keepdims layout; mean None for
     RMS) through the kernels' given-statistics pass, chunk by chunk."""
     func = functools.partial(tasks.normalize_block, axes=axes, out_dtype=dtype)
-    return _blockwise(func, x, (aligned(mean, x), aligned(rstd, x), gamma, beta), dtype,
+    return chunkwise(func, x, (aligned(mean, x), aligned(rstd, x), gamma, beta), dtype,
                       "normalize")
 
 

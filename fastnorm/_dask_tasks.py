@@ -188,6 +188,55 @@ def merge_groups(states, groups, axis, per_channel):
     return out
 
 
+# --------------------------------------------------------------------------
+# gradients, one chunk at a time (NumPy in float64; nothing the size of the
+# chunk outlives its task)
+#
+# Per slice, with xhat = (x - mean) * rstd and gd = dy * gamma:
+# dx = rstd * (gd - A/n - xhat * B/n), A = sum(gd), B = sum(gd * xhat).
+
+# A chunk's part of the sums A and B of its slices, and of the sums that
+# make dgamma and dbeta.
+SLICE_SUMS = np.dtype([("a", np.float64), ("b", np.float64)])
+PARAM_SUMS = np.dtype([("dgamma", np.float64), ("dbeta", np.float64)])
+
+
+def _xhat(x, mean, rstd):
+    x = np.asarray(x, dtype=np.float64)
+    return x * rstd if mean is None else (x - mean) * rstd
+
+
+def _sums(fields, dtype, axes):
+    shape = fields[0].shape
+    out = np.empty(tuple(1 if i in axes else s for i, s in enumerate(shape)), dtype)
+    for name, a in zip(dtype.names, fields):
+        out[name] = a.sum(axis=axes, keepdims=True)
+    return out
+
+
+def slice_sums_block(dy, x, mean, rstd, gamma, *, axes):
+    """SLICE_SUMS of one chunk over `axes` (mean None: RMS, no centring)."""
+    gd = np.multiply(dy, gamma, dtype=np.float64)
+    return _sums((gd, gd * _xhat(x, mean, rstd)), SLICE_SUMS, axes)
+
+
+def param_sums_block(dy, x, mean, rstd, *, axes):
+    """PARAM_SUMS of one chunk, sum(dy * xhat) and sum(dy), over `axes`."""
+    dy = np.asarray(dy, dtype=np.float64)
+    return _sums((dy * _xhat(x, mean, rstd), dy), PARAM_SUMS, axes)
+
+
+def dx_block(dy, x, mean, rstd, gamma, a, b, *, n, out_dtype):
+    """dx of one chunk from the sums A and B of its slices (a None: RMS, no
+    centring; b None too: batch norm in eval, dx = rstd * gd)."""
+    gd = np.multiply(dy, gamma, dtype=np.float64)
+    if b is not None:
+        gd -= _xhat(x, mean, rstd) * (b / n)
+    if a is not None:
+        gd -= a / n
+    return (gd * rstd).astype(out_dtype, copy=False)
+
+
 def inverse_std(spread, eps):
     """rstd = 1 / sqrt(spread + eps), spread the variance or the mean of
     squares (a negative or NaN one gives NaN, silently as the kernels do)."""

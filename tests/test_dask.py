@@ -41,13 +41,13 @@ def _x(shape=(12, 6, 5, 8), dtype=np.float64, seed=0):
 X = _x()
 # Chunkings of X: one chunk (whole slices everywhere), chunks along axis 0
 # only (a kept axis for layer norm, a reduced one for batch norm), uneven
-# chunks on every axis, and many small chunks (several tree levels).
+# chunks on every axis; and many small chunks, for a deeper tree.
 CHUNKINGS = {
     "single": X.shape,
     "batch": (4, 6, 5, 8),
     "uneven": ((5, 7), (1, 2, 3), (2, 3), (3, 5)),
-    "fine": (4, 3, 2, 4),
 }
+FINE = (4, 3, 2, 4)
 
 
 def _rng_arrays():
@@ -114,6 +114,19 @@ def test_forward_matches_numpy(case, chunks):
     assert_same(f(da.from_array(X, chunks=CHUNKINGS[chunks])), f(X))
 
 
+def test_forward_on_many_chunks_in_a_deep_tree():
+    """36 chunks, merged two at a time: every forward case in one compute."""
+    d = da.from_array(X, chunks=FINE)
+    with dask.config.set(split_every=2):
+        lazy = [f(d) for f in FORWARD.values()]
+    eager = [f(X) for f in FORWARD.values()]
+    assert_same(_flat(lazy), _flat(eager))
+
+
+def _flat(results):
+    return tuple(a for r in results for a in (r if isinstance(r, tuple) else (r,)))
+
+
 def _stats(name, **kw):
     return getattr(fastnorm, name)(X, return_stats=True, **kw)[1:]
 
@@ -140,7 +153,7 @@ BACKWARD = {
 def test_backward_matches_numpy(case, chunks):
     f = BACKWARD[case]
     # dy in other chunks than x with uneven chunks (it is read in x's).
-    dy = da.from_array(P["dy"], chunks=CHUNKINGS["fine" if chunks == "uneven" else chunks])
+    dy = da.from_array(P["dy"], chunks=FINE if chunks == "uneven" else CHUNKINGS[chunks])
     x = da.from_array(X, chunks=CHUNKINGS[chunks])
     assert_same(f(dy, x), f(P["dy"], X), rtol=1e-11, atol=1e-11)
 
@@ -270,7 +283,7 @@ def test_split_every_shapes_the_tree():
 def test_nonfinite_values_stay_in_their_slices():
     x = X.copy()
     x[3, 1, 2, 5], x[7, 4, 0, 0] = np.nan, np.inf
-    for chunks in ((12, 6, 5, 4), CHUNKINGS["fine"]):  # the inf alone in its chunk, or not
+    for chunks in ((12, 6, 5, 4), FINE):  # the inf alone in its chunk, or not
         d = da.from_array(x, chunks=chunks)
         for f in (lambda a: fastnorm.layer_norm(a, axis=(1, 2, 3), return_stats=True),
                   lambda a: fastnorm.batch_norm(a, return_stats=True),
