@@ -4,9 +4,10 @@ import warnings
 
 import numpy as np
 
-from ._args import (as_input, axes_tuple, batch_axes, check_eps, check_out,
+from ._args import (as_input, axes_tuple, batch_axes, check_eps, check_out, check_training,
                     keepdims_shape, param, result_dtypes, running_stat)
 from ._run import deliver, kernel_stats, normalize
+from ._route import any_dask, via_dask
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
 
@@ -33,7 +34,8 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
         Result dtype (float16, float32 or float64); default as ``np.mean``:
         x's float dtype, float64 for integers.  Accumulation is always float64.
     out : tuple of two ndarrays, optional
-        Arrays for (mean, var), of the result's shape and dtype.
+        Arrays for (mean, var), of the result's shape and dtype.  Not with
+        Dask arrays (TypeError).
 
     Returns
     -------
@@ -51,6 +53,8 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     >>> v
     array([1.25, 1.25, 1.25])
     """
+    if any_dask(x):
+        return via_dask(mean_var, locals())
     x = as_input(x)
     axes = axes_tuple(axis, x.ndim)
     res_dtype, _ = result_dtypes(x.dtype, dtype)
@@ -107,6 +111,7 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype (``out=x`` works in place);
         with ``return_stats`` a tuple ``(y, mean, rstd)`` (entries may be None).
+        Not with Dask arrays (TypeError).
     dtype : dtype, optional
         Output dtype (float16, float32 or float64); default x's float dtype.
     return_stats : bool, optional
@@ -127,6 +132,8 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     array([[-1.2247,  0.    ,  1.2247],
            [-0.7071, -0.7071,  1.4142]])
     """
+    if any_dask(x, gamma, beta):
+        return via_dask(layer_norm, locals())
     x = as_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
@@ -156,7 +163,7 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
         Added to the mean of squares.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype; with ``return_stats`` a
-        tuple ``(y, rstd)``.
+        tuple ``(y, rstd)``.  Not with Dask arrays (TypeError).
     dtype : dtype, optional
         Output dtype; default x's float dtype.
     return_stats : bool, optional
@@ -174,6 +181,8 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
     array([0.8485, 1.1314])
     """
+    if any_dask(x, gamma):
+        return via_dask(rms_norm, locals())
     x = as_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
@@ -204,7 +213,10 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         ``r_mean = (1 - momentum) * r_mean + momentum * mean`` and
         ``r_var = (1 - momentum) * r_var + momentum * var * n / (n - 1)``,
         n the number of values per feature (PyTorch's convention).  With
-        ``training=False`` they are required and used to normalize.
+        ``training=False`` they are required and used to normalize.  With a
+        Dask x, training computes the batch statistics during the call (one
+        pass over x) and updates these NumPy arrays before returning; y is
+        lazy and reads x once more when computed.
     training : bool, optional
         Normalize with the batch mean and biased variance (default), or with
         the running statistics in one pass that computes no statistics.
@@ -217,7 +229,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         channels-last NHWC, ``axis=0`` for (N, C).
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype (``out=x`` works); with
-        ``return_stats`` a tuple ``(y, mean, rstd)``.
+        ``return_stats`` a tuple ``(y, mean, rstd)``.  Not with Dask arrays
+        (TypeError).
     dtype : dtype, optional
         Output dtype; default x's float dtype.
     return_stats : bool, optional
@@ -245,6 +258,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     >>> rm, rv
     (array([0.2, 2. ]), array([ 1.1, 20.9]))
     """
+    if any_dask(x, gamma, beta, running_mean, running_var):
+        return via_dask(batch_norm, locals())
     x = as_input(x)
     axes = batch_axes(axis, x.ndim)
     kept = tuple(i for i in range(x.ndim) if i not in axes)
@@ -266,16 +281,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, given=(mean, rstd))
     else:
-        n = math.prod(x.shape[i] for i in axes)
-        if n <= 1:
-            raise ValueError(f"batch_norm training needs more than one value per feature, "
-                             f"got n={n} (x.shape={x.shape}, reduced axes {axes})")
-        try:
-            momentum = float(momentum)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"momentum must be a real number, got {momentum!r}") from e
-        if not math.isfinite(momentum):
-            raise ValueError(f"momentum must be finite, got {momentum}")
+        n, momentum = check_training(x.shape, axes, momentum)
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
             rv_view = running_stat(running_var, "running_var", x.shape, kept)

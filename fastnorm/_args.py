@@ -128,6 +128,22 @@ def check_eps(eps):
     return e
 
 
+def check_training(x_shape, axes, momentum):
+    """batch_norm training's checks: (n, momentum), n the number of values
+    per feature (more than one), momentum a finite float."""
+    n = math.prod(x_shape[i] for i in axes)
+    if n <= 1:
+        raise ValueError(f"batch_norm training needs more than one value per feature, "
+                         f"got n={n} (x.shape={tuple(x_shape)}, reduced axes {axes})")
+    try:
+        m = float(momentum)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"momentum must be a real number, got {momentum!r}") from e
+    if not math.isfinite(m):
+        raise ValueError(f"momentum must be finite, got {m}")
+    return n, m
+
+
 def param(value, name, x_shape, along):
     """A parameter (gamma, beta, running statistics) as float64 in keepdims
     layout: x.ndim dimensions, x's size along the axes in `along`, 1 elsewhere.

@@ -1,4 +1,5 @@
 """Threads and build configuration."""
+import contextlib
 import operator
 import platform
 import threading
@@ -10,6 +11,17 @@ from ._version import __version__
 
 _lock = threading.Lock()
 _num_threads = None  # None: follow OpenMP (OMP_NUM_THREADS, threadpoolctl)
+
+
+class _ThreadCap(threading.local):
+    """A ceiling on the threads of the calls made from one thread (0: none).
+    Per thread, so that a task scheduler running many calls side by side
+    can share the cores among them without touching the process-wide
+    setting of set_num_threads."""
+    limit = 0
+
+
+_cap = _ThreadCap()
 _OPENMP = _dispatch.kernels.build_info()["openmp"]  # the same for every SIMD level
 
 
@@ -37,6 +49,8 @@ def get_num_threads() -> int:
     n = _num_threads
     if n is None:
         n = _dispatch.kernels.max_threads()
+    if _cap.limit:
+        n = min(n, _cap.limit)
     return max(1, int(n))
 
 
@@ -77,6 +91,19 @@ def set_num_threads(n) -> None:
             raise ValueError(f"set_num_threads needs n >= 1, got {n}")
     with _lock:
         _num_threads = n
+
+
+@contextlib.contextmanager
+def thread_cap(n):
+    """Calls made from this thread inside the block use at most n threads
+    (n >= 1; 0 or None: no ceiling).  Other threads are not affected; blocks
+    nest, the innermost ceiling applying."""
+    previous = _cap.limit
+    _cap.limit = int(n or 0)
+    try:
+        yield
+    finally:
+        _cap.limit = previous
 
 
 def config() -> dict:

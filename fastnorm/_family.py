@@ -9,6 +9,7 @@ from numpy.exceptions import AxisError
 
 from ._args import as_input, axes_tuple, check_eps, check_out, param, split_out
 from ._run import deliver, normalize
+from ._route import any_dask, via_dask
 
 
 # --------------------------------------------------------------------------
@@ -94,7 +95,7 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
         Added to the variance.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype; with ``return_stats`` a
-        tuple ``(y, mean, rstd)``.
+        tuple ``(y, mean, rstd)``.  Not with Dask arrays (TypeError).
     dtype : dtype, optional
         Output dtype; default x's float dtype.
     return_stats : bool, optional
@@ -122,6 +123,8 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
     >>> y[0, :2].round(3).ravel()
     array([-1.528, -1.091, -0.655, -0.218,  0.218,  0.655,  1.091,  1.528])
     """
+    if any_dask(x, gamma, beta):
+        return via_dask(group_norm, locals())
     x = as_input(x)
     grp = Groups(x, num_groups, channel_axis)
     eps = check_eps(eps)
@@ -158,6 +161,8 @@ def instance_norm(x, gamma=None, beta=None, *, channel_axis=1, eps=1e-5, out=Non
     array([[[-1.,  1.],
             [-1.,  1.]]])
     """
+    if any_dask(x, gamma, beta):
+        return via_dask(instance_norm, locals())
     x = as_input(x)
     if x.ndim < 2:
         raise ValueError(f"instance norm needs x of shape (N, C, ...), got {x.ndim} dimension(s)")
@@ -204,6 +209,8 @@ def weight_norm(v, g=None, *, axis=None, return_norm=False):
     array([[6., 8.],
            [0., 1.]])
     """
+    if any_dask(v, g):
+        return via_dask(weight_norm, locals())
     v = as_input(v, "v")
     axes = _all_but_first(axis, v.ndim)
     kept = tuple(i for i in range(v.ndim) if i not in axes)
@@ -230,6 +237,8 @@ def weight_standardize(w, *, axis=None, eps=1e-5):
     array([[-1.,  1.],
            [-1.,  1.]])
     """
+    if any_dask(w):
+        return via_dask(weight_standardize, locals())
     w = as_input(w, "w")
     axes = _all_but_first(axis, w.ndim)
     y, _, _, _ = normalize(w, axes, "center", eps=check_eps(eps), gamma=None, beta=None,

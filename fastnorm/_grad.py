@@ -16,6 +16,7 @@ from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
                     keepdims_shape, reduced_mask, split_out, writable_target)
 from ._config import get_num_threads
 from ._family import Groups
+from ._route import any_dask, via_dask
 
 
 def _pair(dy, x):
@@ -146,7 +147,7 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     out : ndarray or tuple, optional
         Arrays for the results: dx alone, or ``(dx, dgamma, dbeta)`` (entries
         may be None), of the results' shapes and dtypes; ``out=dy`` or
-        ``out=x`` works in place.
+        ``out=x`` works in place.  Not with Dask arrays (TypeError).
 
     Returns
     -------
@@ -164,6 +165,8 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     >>> np.abs(dx).max() < 1e-15, dbeta
     (np.True_, array([1., 1., 1.]))
     """
+    if any_dask(dy, x, mean, rstd, gamma):
+        return via_dask(layer_norm_backward, locals())
     dy, x = _pair(dy, x)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
@@ -189,6 +192,8 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None):
     >>> dx.round(4), dgamma.round(4)
     (array([[ 0.181 , -0.1358]]), array([0.8485, 0.    ]))
     """
+    if any_dask(dy, x, rstd, gamma):
+        return via_dask(rms_norm_backward, locals())
     dy, x = _pair(dy, x)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
@@ -219,6 +224,8 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
     >>> dgamma, dbeta
     (array([2., 2.]), array([0., 0.]))
     """
+    if any_dask(dy, x, mean, rstd, gamma):
+        return via_dask(batch_norm_backward, locals())
     dy, x = _pair(dy, x)
     axes = batch_axes(axis, x.ndim, "batch_norm_backward")
     kept = tuple(i for i in range(x.ndim) if i not in axes)
@@ -247,6 +254,8 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
     >>> dbeta
     array([2., 2., 2., 2.])
     """
+    if any_dask(dy, x, mean, rstd, gamma):
+        return via_dask(group_norm_backward, locals())
     dy, x = _pair(dy, x)
     grp = Groups(x, num_groups, channel_axis)
     vx, vdy = grp.split(x), grp.split(dy)

@@ -1,0 +1,126 @@
+"""Pieces of the graphs that run fastnorm on Dask arrays: statistics merged
+across chunks in Dask's tree reduction, and per-chunk kernel calls laid out
+with ``blockwise`` so that no chunk of x moves."""
+import functools
+import math
+
+import dask
+import dask.array as da
+import numpy as np
+
+from . import _dask_tasks as tasks
+from ._args import param, result_dtypes, warn_empty
+from ._dask_args import aligned, lazy_array
+
+_F64 = np.dtype(np.float64)
+
+
+def meta(ndim, dtype):
+    return np.empty((0,) * ndim, dtype)
+
+
+def whole_slices(x, axes):
+    """Whether each chunk of x holds whole slices: one chunk along every
+    reduced axis."""
+    return all(x.numblocks[i] == 1 for i in axes)
+
+
+def merged_states(x, axes, mode):
+    """Per slice of x over `axes`, the chunks' statistics merged in Dask's
+    tree reduction: a MOMENTS (mode 'center') or SQUARES (mode 'rms') array
+    in keepdims layout."""
+    n = math.prod(x.shape[i] for i in axes)
+    if n == 0 and math.prod(x.shape[i] for i in range(x.ndim) if i not in axes) > 0:
+        warn_empty()  # now, as the NumPy path does, not when it is computed
+    moments = mode == "center"
+    dt = tasks.MOMENTS if moments else tasks.SQUARES
+    return da.reduction(
+        x, tasks.chunk_moments if moments else tasks.chunk_squares, tasks.aggregate_states,
+        combine=tasks.combine_states, axis=axes, keepdims=True, dtype=dt,
+        concatenate=False, meta=meta(x.ndim, dt), name="fastnorm-" + mode + "-stats")
+
+
+def field(states, name, divisor=1):
+    """One field of a MOMENTS/SQUARES array as float64, divided by divisor."""
+    f = states[name]
+    return f if divisor == 1 else f.map_blocks(tasks.divide, divisor, dtype=_F64)
+
+
+def rstd_of(spread, eps):
+    return spread.map_blocks(tasks.inverse_std, eps, dtype=_F64)
+
+
+def chunkwise(func, x, arrays, dtype, name, summed=()):
+    """func(chunk of x, *pieces of arrays) for every chunk of x; the arrays
+    are aligned with x (keepdims layout) or None.  func sums over the axes
+    `summed`: its result has size 1 along them."""
+    ind = tuple(range(x.ndim))
+    args = [x, ind]
+    for a in arrays:
+        args += [a, None if a is None else ind]
+    return da.blockwise(func, ind, *args, dtype=dtype, meta=meta(x.ndim, dtype),
+                        adjust_chunks=dict.fromkeys(summed, 1),
+                        name=f"fastnorm-{name}-" + dask.base.tokenize(func, x, *arrays))
+
+
+def per_chunk(func, x, arrays, result_dtype, index=None, **kwargs):
+    """The NumPy function func on every chunk of x, with the pieces of the
+    aligned arrays (a dict by parameter name) as keyword arguments (its
+    result number `index` if given): for chunks that hold whole slices."""
+    bound = functools.partial(tasks.numpy_block, functools.partial(func, **kwargs),
+                              tuple(arrays), index)
+    return chunkwise(bound, x, tuple(arrays.values()), result_dtype, func.__name__)
+
+
+def given_normalize(x, axes, mean, rstd, gamma, beta, dtype):
+    """y from merged statistics (float64, keepdims layout; mean None for
+    RMS) through the kernels' given-statistics pass, chunk by chunk."""
+    func = functools.partial(tasks.normalize_block, axes=axes, out_dtype=dtype)
+    return chunkwise(func, x, (aligned(mean, x), aligned(rstd, x), gamma, beta), dtype,
+                      "normalize")
+
+
+def slice_stats(x, axes, mode, eps):
+    """(mean, spread, rstd) per slice, float64 Dask arrays in keepdims
+    layout: spread is the biased variance (mode 'center') or the mean of
+    squares (mode 'rms', mean None)."""
+    n = math.prod(x.shape[i] for i in axes)
+    states = merged_states(x, axes, mode)
+    if mode == "center":
+        mean = states.map_blocks(tasks.centre, dtype=_F64)
+        spread = field(states, "m2", n)
+    else:
+        mean, spread = None, field(states, "mean")
+    return mean, spread, rstd_of(spread, eps)
+
+
+def normalized(x, axes, mode, *, eps, gamma, beta, dtype, want_stats, whole_chunks):
+    """y and the float64 statistics (mean, spread, rstd) of a layer/RMS-style
+    normalization over `axes`.  When no statistics are wanted and every
+    chunk holds whole slices, y is whole_chunks(output dtype) instead (the
+    NumPy call on each chunk: one pass) and the statistics are None."""
+    out_dtype, _ = result_dtypes(x.dtype, dtype)
+    if not want_stats and whole_slices(x, axes):
+        return whole_chunks(out_dtype), (None, None, None)
+    mean, spread, rstd = slice_stats(x, axes, mode, eps)
+    return given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype), (mean, spread, rstd)
+
+
+def stat_out(stat, x_dtype, dtype):
+    """A float64 statistic in the dtype the NumPy path returns it in."""
+    return stat.astype(result_dtypes(x_dtype, dtype)[1])
+
+
+def lazy_param(value, name, x, along):
+    return lazy_array(value, lambda a: param(a, name, x.shape, along), x)
+
+
+def channel_param(value, name, grp, x):
+    """A per-channel parameter of group norm (checked by Groups, grp) as
+    float64 in keepdims layout (1, C, 1, ...), aligned with x."""
+    keep = tuple(grp.channels if i == grp.axis else 1 for i in range(x.ndim))
+
+    def check(a):
+        grp.channel_param(a, name)
+        return np.asarray(a, dtype=np.float64).reshape(keep)
+    return lazy_array(value, check, x)

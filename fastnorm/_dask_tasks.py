@@ -1,0 +1,256 @@
+"""What runs inside Dask's tasks: the kernels on one chunk, and the merge of
+per-chunk statistics in Dask's tree reduction.
+
+A chunk's statistics are its Welford state ``(n, mean, m2)`` per slice (the
+kernels' own single-pass result on that chunk), or ``(n, mean of squares,
+None)`` for RMS statistics; states of neighbouring chunks are merged with
+Chan et al.'s formula, in whatever tree ``split_every`` asks for.  A chunk
+then normalizes itself with the merged statistics through the kernels'
+"given statistics" mode, the pass batch norm's eval uses.
+
+Every kernel call here runs under a thread ceiling: Dask already runs one
+task per thread, and OpenMP teams of all the cores inside each of them would
+oversubscribe the machine.
+"""
+import contextlib
+import math
+import sys
+import threading
+
+import numpy as np
+
+from ._args import as_input
+from ._config import thread_cap
+from ._run import kernel_stats, normalize
+
+# The tree reduction's result: per slice the mean (of x, or of x**2 for RMS
+# statistics) and, for moments, the sum of squared deviations.
+MOMENTS = np.dtype([("mean", np.float64), ("m2", np.float64)])
+SQUARES = np.dtype([("mean", np.float64)])
+
+
+# --------------------------------------------------------------------------
+# threads
+
+def _dask_threads():
+    """How many threads of this process run Dask tasks side by side."""
+    distributed = sys.modules.get("distributed")
+    if distributed is not None:
+        try:
+            worker = distributed.get_worker()
+        except ValueError:
+            pass  # not on a worker: the local threaded scheduler
+        else:
+            # Workers of one process (LocalCluster(processes=False)) share its cores.
+            peers = list(type(worker)._instances)
+            return sum(w.state.nthreads for w in peers) or worker.state.nthreads
+    import dask
+    from dask.system import CPU_COUNT
+    pool = dask.config.get("pool", None)
+    return getattr(pool, "_max_workers", None) or dask.config.get("num_workers", None) or CPU_COUNT
+
+
+def task_threads():
+    """OpenMP threads one kernel call inside a task may use: this process's
+    cores shared among the threads that run tasks, at least 1.  0 (no
+    ceiling) on the main thread, where the synchronous scheduler runs one
+    task at a time.  (Distributed's worker processes also start with
+    OMP_NUM_THREADS=1, which keeps each call there on one thread: this
+    ceiling counts only the threads of its own process.)"""
+    if threading.current_thread() is threading.main_thread():
+        return 0
+    from dask.system import CPU_COUNT
+    return max(1, CPU_COUNT // max(1, _dask_threads()))
+
+
+def sharing_cores():
+    """A block in which this thread's kernel calls use their share of cores."""
+    n = task_threads()
+    return thread_cap(n) if n else contextlib.nullcontext()
+
+
+# --------------------------------------------------------------------------
+# statistics: one chunk, then the merge
+
+def _chunk_state(block, axes, mode):
+    shape = tuple(1 if i in axes else s for i, s in enumerate(block.shape))
+    n = math.prod(block.shape[i] for i in axes)
+    if block.size == 0:
+        # Nothing to read: the state of no values, which every merge skips.
+        return 0, np.zeros(shape), (np.zeros(shape) if mode == "stats" else None)
+    with sharing_cores():
+        s0, s1, _ = kernel_stats(as_input(block), axes, mode)
+    return n, s0, (s1 if mode == "stats" else None)
+
+
+def chunk_moments(block, axis, keepdims, computing_meta=False):
+    """Per slice of one chunk: (n, mean, m2) from the kernels."""
+    if computing_meta:
+        return np.empty((0,) * block.ndim, MOMENTS)
+    return _chunk_state(block, axis, "stats")
+
+
+def chunk_squares(block, axis, keepdims, computing_meta=False):
+    """Per slice of one chunk: (n, mean of squares, None) from the kernels."""
+    if computing_meta:
+        return np.empty((0,) * block.ndim, SQUARES)
+    return _chunk_state(block, axis, "rms")
+
+
+def _states(parts):
+    """The chunk states in a (nested) list, as Dask hands them over."""
+    if isinstance(parts, tuple):
+        return [parts]
+    return [s for p in parts for s in _states(p)]
+
+
+def chan_merge(a, b):
+    """Two states of disjoint parts of the same slices as one (Chan et al.):
+    the mean moves by the weighted difference, m2 gains the spread between
+    the two means.  An empty part is skipped (its mean is undefined)."""
+    na, ma, m2a = a
+    nb, mb, m2b = b
+    if nb == 0:
+        return a
+    if na == 0:
+        return b
+    n = na + nb
+    delta = mb - ma
+    mean = ma + delta * (nb / n)
+    m2 = None if m2a is None else m2a + m2b + delta * delta * (na * (nb / n))
+    return n, mean, m2
+
+
+def combine_states(parts, axis, keepdims):
+    """Dask's combine step: the states of up to split_every chunks as one."""
+    states = _states(parts)
+    merged = states[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        for s in states[1:]:
+            merged = chan_merge(merged, s)
+    return merged
+
+
+def aggregate_states(parts, axis, keepdims, computing_meta=False):
+    """Dask's last step: the merged state as a MOMENTS or SQUARES array (an
+    empty reduction gives NaN, as NumPy's does)."""
+    if computing_meta:
+        return parts
+    n, mean, m2 = combine_states(parts, axis, keepdims)
+    out = np.empty(mean.shape, SQUARES if m2 is None else MOMENTS)
+    if n == 0:
+        out.fill(np.nan)
+        return out
+    out["mean"] = mean
+    if m2 is not None:
+        out["m2"] = m2
+    return out
+
+
+# --------------------------------------------------------------------------
+# normalizing one chunk
+
+def normalize_block(block, mean, rstd, gamma, beta, *, axes, out_dtype):
+    """One chunk normalized by the kernels with the given float64 statistics
+    of its slices (mean None: RMS, no centring); gamma, beta float64 in
+    keepdims layout, or None."""
+    block = as_input(block)
+    rstd = np.ascontiguousarray(rstd, dtype=np.float64)
+    mean = np.zeros_like(rstd) if mean is None else np.ascontiguousarray(mean, dtype=np.float64)
+    with sharing_cores():
+        y, _, _, _ = normalize(block, axes, "given", eps=0.0, gamma=gamma, beta=beta,
+                               out=None, dtype=out_dtype, n_stats=0, given=(mean, rstd))
+    return y
+
+
+def numpy_block(func, names, index, block, *arrays):
+    """func (a public function with its keyword arguments bound) on one
+    chunk that holds whole slices, with the chunk's pieces of the other
+    arrays passed by name; its result number `index` when that is not None."""
+    with sharing_cores():
+        result = func(block, **dict(zip(names, arrays)))
+    return result if index is None else result[index]
+
+
+def merge_groups(states, groups, axis, per_channel):
+    """MOMENTS per channel (along `axis`, whole) merged within each of
+    `groups` groups of neighbouring channels, each channel's state holding
+    per_channel values."""
+    shape = states.shape[:axis] + (groups, states.shape[axis] // groups) + states.shape[axis + 1:]
+    mean, m2 = states["mean"].reshape(shape), states["m2"].reshape(shape)
+    merged = None
+    with np.errstate(invalid="ignore", over="ignore"):
+        for j in range(mean.shape[axis + 1]):
+            s = (per_channel, np.take(mean, j, axis=axis + 1), np.take(m2, j, axis=axis + 1))
+            merged = s if merged is None else chan_merge(merged, s)
+    out = np.empty(states.shape[:axis] + (groups,) + states.shape[axis + 1:], MOMENTS)
+    out["mean"], out["m2"] = merged[1], merged[2]
+    return out
+
+
+# --------------------------------------------------------------------------
+# gradients, one chunk at a time (NumPy in float64; nothing the size of the
+# chunk outlives its task)
+#
+# Per slice, with xhat = (x - mean) * rstd and gd = dy * gamma:
+# dx = rstd * (gd - A/n - xhat * B/n), A = sum(gd), B = sum(gd * xhat).
+
+# A chunk's part of the sums A and B of its slices, and of the sums that
+# make dgamma and dbeta.
+SLICE_SUMS = np.dtype([("a", np.float64), ("b", np.float64)])
+PARAM_SUMS = np.dtype([("dgamma", np.float64), ("dbeta", np.float64)])
+
+
+def _xhat(x, mean, rstd):
+    x = np.asarray(x, dtype=np.float64)
+    return x * rstd if mean is None else (x - mean) * rstd
+
+
+def _sums(fields, dtype, axes):
+    shape = fields[0].shape
+    out = np.empty(tuple(1 if i in axes else s for i, s in enumerate(shape)), dtype)
+    for name, a in zip(dtype.names, fields):
+        out[name] = a.sum(axis=axes, keepdims=True)
+    return out
+
+
+def slice_sums_block(dy, x, mean, rstd, gamma, *, axes):
+    """SLICE_SUMS of one chunk over `axes` (mean None: RMS, no centring)."""
+    gd = np.multiply(dy, gamma, dtype=np.float64)
+    return _sums((gd, gd * _xhat(x, mean, rstd)), SLICE_SUMS, axes)
+
+
+def param_sums_block(dy, x, mean, rstd, *, axes):
+    """PARAM_SUMS of one chunk, sum(dy * xhat) and sum(dy), over `axes`."""
+    dy = np.asarray(dy, dtype=np.float64)
+    return _sums((dy * _xhat(x, mean, rstd), dy), PARAM_SUMS, axes)
+
+
+def dx_block(dy, x, mean, rstd, gamma, a, b, *, n, out_dtype):
+    """dx of one chunk from the sums A and B of its slices (a None: RMS, no
+    centring; b None too: batch norm in eval, dx = rstd * gd)."""
+    gd = np.multiply(dy, gamma, dtype=np.float64)
+    if b is not None:
+        gd -= _xhat(x, mean, rstd) * (b / n)
+    if a is not None:
+        gd -= a / n
+    return (gd * rstd).astype(out_dtype, copy=False)
+
+
+def inverse_std(spread, eps):
+    """rstd = 1 / sqrt(spread + eps), spread the variance or the mean of
+    squares (a negative or NaN one gives NaN, silently as the kernels do)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 1.0 / np.sqrt(spread + eps)
+
+
+def centre(states):
+    """The mean of MOMENTS, NaN where the variance is NaN: a slice with a NaN
+    or an inf has neither (Chan's merge may leave an inf mean there)."""
+    return np.where(np.isnan(states["m2"]), np.nan, states["mean"])
+
+
+def divide(a, d):
+    """a / d without warnings (0 / 0 is an empty reduction's NaN)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return a / d
