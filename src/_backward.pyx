@@ -648,6 +648,16 @@ cdef void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
         g.sums[ns + si] = 0.0
 
 
+cdef inline void cols_dx_at(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
+                            const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
+                            const Cols* t, const double* ab, const double* bs, Py_ssize_t c,
+                            in_t* ki, out_t* ko) noexcept nogil:
+    """dx of column c of one row, for any strides."""
+    cdef double xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
+    sstore(dxp + c * sdx, t.r[c] * (sload(dyp + c * sdy, ki) * (<const double*>(gp + c * sg))[0]
+                                     - ab[c] - xs * bs[c]), ko)
+
+
 cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
     """Pass 2 over one block of rows: dx = r * (dy * gamma - a - xhat * b)."""
     cdef const Layout* L = g.L
@@ -655,7 +665,7 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
     cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
     cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY], sg = vec.stride[OP_G]
     cdef Py_ssize_t sdx = vec.stride[OP_DX]
-    cdef Py_ssize_t grp, k, c
+    cdef Py_ssize_t grp, k, c, head
     cdef Cols t
     cdef Odometer row
     cdef const double* ab
@@ -666,7 +676,6 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
     cdef const double* bs
     cdef Param gv
     cdef fn_vd xh, tv
-    cdef double xs
     for grp in range(g.n_groups):
         cols_of(g, grp, &t)
         ab = g.sums + t.slice0
@@ -680,22 +689,29 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
             c = 0
             if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
                     and param_init(&gv, gp, sg)):
+                head = 0
+                if L.stream:  # values up to dx's first aligned vector go one by one
+                    head = (<size_t>dxp // sizeof(out_t)) % FN_W
+                    head = min(t.width, 0 if head == 0 else FN_W - head)
+                while c < head:
+                    cols_dx_at(xp, sx, dyp, sdy, gp, sg, dxp, sdx, &t, ab, bs, c, ki, ko)
+                    c = c + 1
                 while c + FN_W <= t.width:
                     xh = fn_mul(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.m + c)),
                                 fn_load_f64(t.r + c))
                     tv = fn_sub(fn_mul(vload(dyp + c * sdy, sdy, ki),
                                        fn_load_f64(gv.p + c * gv.inc)), fn_load_f64(ab + c))
-                    vstore(dxp + c * sdx, sdx,
-                           fn_mul(fn_sub(tv, fn_mul(xh, fn_load_f64(bs + c))),
-                                  fn_load_f64(t.r + c)), ko)
+                    tv = fn_mul(fn_sub(tv, fn_mul(xh, fn_load_f64(bs + c))), fn_load_f64(t.r + c))
+                    if L.stream:
+                        vstream(<out_t*>(dxp + c * sdx), tv)
+                    else:
+                        vstore(dxp + c * sdx, sdx, tv, ko)
                     c = c + FN_W
             while c < t.width:
-                xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
-                sstore(dxp + c * sdx, t.r[c] * (sload(dyp + c * sdy, ki)
-                                                 * (<const double*>(gp + c * sg))[0]
-                                                 - ab[c] - xs * bs[c]), ko)
+                cols_dx_at(xp, sx, dyp, sdy, gp, sg, dxp, sdx, &t, ab, bs, c, ki, ko)
                 c = c + 1
             odo_next(&row, L.red, L.n_red)
+    fn_sfence()
 
 
 # ---------------------------------------------------------------------------

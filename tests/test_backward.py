@@ -389,7 +389,8 @@ def test_bitwise_identical_for_any_thread_count(case, dtype):
     ("layer", (2100, 1001), (1,), F32),
     ("layer", (4200, 1001), (1,), F16),
     ("batch", (16, 64, 33, 33), (0, 2, 3), F64),
-], ids=["layer-f64", "layer-f32", "layer-f16", "batch-nchw-f64"])
+    ("batch", (8200, 257), (0,), F32),      # columns; rows start unaligned
+], ids=["layer-f64", "layer-f32", "layer-f16", "batch-nchw-f64", "batch-columns-f32"])
 def test_outputs_larger_than_the_caches(func, shape, axes, dtype):
     # dx of 8 MiB and more is written with non-temporal stores.
     rng = np.random.default_rng(12)
