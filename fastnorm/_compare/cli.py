@@ -17,7 +17,7 @@ from .timing import Budget
 
 RIVALS = ("torch", "onnxruntime", "jax")
 
-FULL = Budget(row_s=2.5, slow_s=1.5, min_reps=5, max_reps=31, min_slow=3, max_slow=5,
+FULL = Budget(row_s=2.0, slow_s=1.5, min_reps=5, max_reps=31, min_slow=3, max_slow=5,
               sample_s=0.005)
 SMALL = Budget(row_s=1.5, slow_s=0.0, min_reps=15, max_reps=41, min_slow=0, max_slow=0,
                sample_s=0.01)
@@ -66,12 +66,24 @@ def _versions(loaded, missing):
     return lines
 
 
-def _machine_line(load_before):
-    load = _bench.load_average()
-    if load is None:
-        return f"machine: {os.cpu_count()} CPUs"
-    return (f"machine: {os.cpu_count()} CPUs, load average {load_before:.2f} before, "
-            f"{load:.2f} after (other processes make timings noisy)")
+def _machine_lines(load_before):
+    load, cpus = _bench.load_average(), os.cpu_count() or 1
+    if load is None or load_before is None:
+        return [f"machine: {cpus} CPUs"]
+    lines = [f"machine: {cpus} CPUs, load average {load_before:.2f} before, "
+             f"{load:.2f} after (other processes make timings noisy)"]
+    policy = os.environ.get("OMP_WAIT_POLICY")
+    if max(load, load_before) > cpus - 0.5:
+        # An OpenMP team (fastnorm's, PyTorch's) waits at every barrier for
+        # its slowest thread; with every core wanted by other work, a woken
+        # thread waits for a core while the rest of the team spins on theirs.
+        lines.append("  busy: more runnable work than CPUs: the 2-thread columns wait for "
+                     "cores (1-thread ones much less)"
+                     + ("" if policy else "; OMP_WAIT_POLICY=passive, set before starting, "
+                        "keeps waiting OpenMP threads off the cores"))
+    lines.append("OMP_WAIT_POLICY=" + (policy or "(unset: OpenMP threads spin a while "
+                                                 "before sleeping)"))
+    return lines
 
 
 def _plan(args):
@@ -92,69 +104,23 @@ def run_rows(plan, loaded, quick):
     try:
         for seed, (kind, case, dtype) in enumerate(plan):
             progress.show(f"{case.name} {dtype}")
+            started = time.perf_counter()
+            budget = QUICK if quick else SMALL if kind == "small call" else FULL
             try:
                 if kind == "streaming":
-                    rows.append(measure.streaming_row(case, dtype, seed, loaded,
-                                                      QUICK if quick else FULL))
+                    rows.append(measure.streaming_row(case, dtype, seed, loaded, budget))
                 elif kind == "small call":
-                    rows.append(measure.small_call_row(case, seed, loaded,
-                                                       QUICK if quick else SMALL))
+                    rows.append(measure.small_call_row(case, seed, loaded, budget))
                 else:
-                    rows.append(measure.scaling_row(case, seed, QUICK if quick else FULL))
+                    rows.append(measure.scaling_row(case, seed, budget))
             except Exception as e:  # report it, go on with the others
                 rows.append({"kind": kind, "case": case.label, "shape": list(case.shape),
                              "dtype": dtype, "error": f"{type(e).__name__}: {e}"})
+            rows[-1]["seconds"] = time.perf_counter() - started
             progress.advance()
     finally:
         progress.close()
     return rows
-
-
-def print_report(rows, rss, loaded, missing, header):
-    names = [r.name for r in loaded]
-    kinds = {k: [r for r in rows if r["kind"] == k] for k in ("streaming", "small call",
-                                                             "scaling")}
-    print("\n".join(header))
-    print()
-    print("fastnorm against the copy yardstick (medians; ratios per repetition, then median)")
-    print(report.targets_table(kinds["streaming"]))
-    print("  copy = np.copyto of x's bytes into a preallocated array with as many threads "
-          "(x split into contiguous pieces);")
-    print("  rows marked 'allocating' call fastnorm without out= and are timed against "
-          "np.copy (which allocates too).")
-    print("  fastnorm/copy: mean_var only reads x (0.5 is its limit); batch_norm training "
-          "reads x twice; backward reads dy and x.")
-    print()
-    print("in cache: fastnorm with 1 thread against 2")
-    print(report.scaling_table(kinds["scaling"]))
-    print()
-    print("one small call (whole call, allocating its output; each library's default "
-          "threads), microseconds")
-    print(report.small_call_table(kinds["small call"], names))
-    print()
-    print("fastnorm against NumPy and other libraries (ms 1t/2t; x = their time / "
-          "fastnorm's with as many threads)")
-    print(report.libraries_table([r for r in kinds["streaming"] if not r.get("allocating")],
-                                 names))
-    print("  NumPy: the whole-array expression a user writes (one thread; temporaries "
-          "allocated); x compares it with fastnorm at 1t/2t.")
-    for line in report.rival_notes(names, missing) + report.cpu_lines(rows):
-        print(line)
-    skipped = report.skipped_lines(rows)
-    if skipped:
-        print("  not timed:")
-        print("\n".join("  " + s for s in skipped))
-    if rss is not None:
-        print()
-        print(f"peak memory: each call in a fresh process; extra = peak RSS growth - "
-              f"outputs (limit {peak_rss.EXTRA_LIMIT >> 20} MB)")
-        print(peak_rss.table(rss))
-    print()
-    print("\n".join(report.summary_lines(rows)))
-    bad_rss = [r for r in rss or [] if "error" in r or r["extra_bytes"] > peak_rss.EXTRA_LIMIT]
-    if rss is not None:
-        print(f"peak memory: {len(rss) - len(bad_rss)} of {len(rss)} calls within "
-              f"{peak_rss.EXTRA_LIMIT >> 20} MB of their outputs")
 
 
 def main(argv=None):
@@ -177,9 +143,9 @@ def main(argv=None):
         versions = _versions([], {})
     if not args.no_rss:
         nbytes = (args.rss_mb << 20) // (QUICK_SHRINK if args.quick else 1)
-        rss = peak_rss.report(nbytes, progress=lambda what: print(what, file=sys.stderr))
-    header = versions + [_machine_line(load_before)]
-    print_report(rows, rss, loaded, missing, header)
+        rss = peak_rss.report(nbytes)
+    header = versions + _machine_lines(load_before)
+    report.print_all(rows, rss, [r.name for r in loaded], missing, header)
     print(f"took {time.perf_counter() - start:.0f} s")
     if args.json:
         with open(args.json, "w") as f:

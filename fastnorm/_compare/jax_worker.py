@@ -62,7 +62,10 @@ def serve(conn, threads):
     conn.send(("ok", jax.__version__))
     fn = args = None
     while True:
-        request = conn.recv()
+        try:
+            request = conn.recv()
+        except EOFError:   # the parent is gone
+            return
         kind = request[0]
         if kind == "quit":
             return
@@ -102,9 +105,14 @@ class Worker:
                                    name=f"fastnorm-jax-{threads}")
         self.process.start()
         child.close()
-        self.version = self._reply(START_TIMEOUT_S)
+        self.version = self.reply(START_TIMEOUT_S)
 
-    def _reply(self, timeout):
+    def send(self, *request):
+        self.conn.send(request)
+
+    def reply(self, timeout=REPLY_TIMEOUT_S):
+        """The answer to the request sent last; RuntimeError with the
+        worker's message when it failed."""
         if not self.conn.poll(timeout):
             raise TimeoutError(f"JAX worker ({self.threads} threads) gave no answer "
                                f"in {timeout} s")
@@ -114,8 +122,8 @@ class Worker:
         return value
 
     def ask(self, *request):
-        self.conn.send(request)
-        return self._reply(REPLY_TIMEOUT_S)
+        self.send(*request)
+        return self.reply()
 
     def close(self):
         try:

@@ -1,6 +1,7 @@
 """One row of each kind, measured: its columns built and checked against
 fastnorm's result, timed interleaved, and summed up as a plain dict (the
 JSON output is a list of these)."""
+import time
 from statistics import median
 
 import numpy as np
@@ -16,8 +17,8 @@ from .yardstick import allocating_copy, copy_into
 THREADS = (1, 2)
 
 
-def _fastnorm_column(call, n, stem="fastnorm"):
-    return Timed((stem, n), call, enter=lambda: fastnorm.set_num_threads(n))
+def _fastnorm_column(call, n):
+    return Timed(("fastnorm", n), call, enter=lambda: fastnorm.set_num_threads(n))
 
 
 def _base(case, dtype, kind):
@@ -78,6 +79,7 @@ def _release(rivals):
 def streaming_row(case, dtype, seed, rivals, budget):
     """fastnorm against the copy yardstick with 1 and 2 threads, and against
     NumPy and each rival (rows that allocate: against np.copy only)."""
+    started = time.perf_counter()
     inp = make_inputs(case, dtype, seed)
     fast = fastnorm_calls.build(inp, allocate=case.allocating)
     fastnorm.set_num_threads(1)
@@ -98,6 +100,7 @@ def streaming_row(case, dtype, seed, rivals, budget):
             timeds += _numpy_column(inp, want, row, slow=True)
             timeds += _rival_columns(rivals, case, inp, want, THREADS, row)
         del want
+        row["setup_s"] = time.perf_counter() - started
         samples = interleave(timeds, budget)
     finally:
         _release(rivals)
@@ -114,21 +117,22 @@ def streaming_row(case, dtype, seed, rivals, budget):
 
 def small_call_row(case, seed, rivals, budget):
     """The whole call (allocating its output) on an array that fits in L1,
-    at every library's default thread count, in microseconds per call."""
+    every library allowed the most threads of the run (small inputs are
+    worth one; each library decides), in microseconds per call."""
     inp = make_inputs(case, case.dtypes[0], seed)
-    fastnorm.set_num_threads(None)
-    threads = fastnorm.get_num_threads()
+    threads = THREADS[-1]
     fast = fastnorm_calls.build(inp, allocate=case.allocating)
     want = as_tuple(fast())
     row = dict(_base(case, inp.dtype, "small call"), skipped={}, rivals={},
                threads=threads)
-    timeds = [Timed(("fastnorm", threads), fast)]
+    timeds = [_fastnorm_column(fast, threads)]
     try:
         timeds += _numpy_column(inp, want, row, slow=False)
         timeds += _rival_columns(rivals, case, inp, want, (threads,), row)
         samples = interleave(timeds, budget)
     finally:
         _release(rivals)
+        fastnorm.set_num_threads(None)
     row["reps"] = len(samples["fastnorm", threads])
     row["fastnorm_us"] = 1e6 * median_of(samples["fastnorm", threads])
     row["met"] = row["fastnorm_us"] * 1e-6 <= case.target

@@ -170,14 +170,19 @@ def measure_in_fresh_process(name, nbytes, dtype="float32"):
 EXTRA_LIMIT = 8 << 20   # "a few MB" beyond the output
 
 
-def report(nbytes=256 << 20, names=None, progress=None):
+def report(nbytes=256 << 20, names=None):
     """The records of every call of CALLS (or `names`), each measured in a
-    fresh process; progress(text), when given, is told which."""
-    records = []
-    for name in names or CALLS:
-        if progress:
-            progress(f"peak RSS: {name}")
-        records.append(measure_in_fresh_process(name, nbytes))
+    fresh process (a progress bar on stderr)."""
+    from .._bench import Progress
+    names = list(names or CALLS)
+    progress, records = Progress(len(names)), []
+    try:
+        for name in names:
+            progress.show(f"peak memory: {name}")
+            records.append(measure_in_fresh_process(name, nbytes))
+            progress.advance()
+    finally:
+        progress.close()
     return records
 
 

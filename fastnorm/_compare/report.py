@@ -1,5 +1,7 @@
 """The printed tables: one line per row (case x dtype) in each."""
 from .._bench import format_table
+from . import peak_rss
+from .measure import THREADS
 from .rivals import NOTES
 
 SHORT = {"torch": "torch", "onnxruntime": "ORT", "jax": "JAX"}
@@ -149,3 +151,61 @@ def _unmet_detail(r):
     if r["kind"] == "small call":
         return f"{r['fastnorm_us']:.2f} us > {1e6 * r['target']:.1f} us"
     return f"1t/2t {r['speedup']:.2f} < {r['target']:.2f}"
+
+
+def _section(title, table, notes=()):
+    return "\n".join([title, table, *notes])
+
+
+def timing_sections(rows, names, missing):
+    """The four timing tables with their notes, as printable blocks."""
+    kinds = {k: [r for r in rows if r["kind"] == k]
+             for k in ("streaming", "small call", "scaling")}
+    lib_notes = ["  NumPy: the whole-array expression a user writes (one thread; temporaries "
+                 "allocated); x compares it with fastnorm at 1t/2t."]
+    lib_notes += rival_notes(names, missing) + cpu_lines(rows)
+    skipped = skipped_lines(rows)
+    if skipped:
+        lib_notes += ["  not timed:"] + ["  " + s for s in skipped]
+    return [
+        _section("fastnorm against the copy yardstick (medians; ratios per repetition, "
+                 "then median)", targets_table(kinds["streaming"]), [
+                     "  copy = np.copyto of x's bytes into a preallocated array with as many "
+                     "threads (x split into contiguous pieces);",
+                     "  rows marked 'allocating' call fastnorm without out= and are timed "
+                     "against np.copy (which allocates too).",
+                     "  fastnorm/copy: mean_var only reads x (0.5 is its limit); batch_norm "
+                     "training reads x twice; backward reads dy and x."]),
+        _section("in cache: fastnorm with 1 thread against 2", scaling_table(kinds["scaling"])),
+        _section(f"one small call (whole call, allocating its output; {THREADS[-1]} threads "
+                 "allowed, each library decides how many to use), microseconds",
+                 small_call_table(kinds["small call"], names)),
+        _section("fastnorm against NumPy and other libraries (ms 1t/2t; x = their time / "
+                 "fastnorm's with as many threads)",
+                 libraries_table([r for r in kinds["streaming"] if not r["allocating"]],
+                                 names), lib_notes),
+    ]
+
+
+def rss_section(rss):
+    return _section(f"peak memory: each call in a fresh process; extra = peak RSS growth - "
+                    f"outputs (limit {peak_rss.EXTRA_LIMIT >> 20} MB)", peak_rss.table(rss))
+
+
+def rss_summary(rss):
+    good = [r for r in rss if "error" not in r and r["extra_bytes"] <= peak_rss.EXTRA_LIMIT]
+    return (f"peak memory: {len(good)} of {len(rss)} calls within "
+            f"{peak_rss.EXTRA_LIMIT >> 20} MB of their outputs")
+
+
+def print_all(rows, rss, names, missing, header):
+    """Every section, in order: the header lines, the timing tables with
+    their notes, peak memory, and the summary."""
+    blocks = ["\n".join(header)]
+    if rows:
+        blocks += timing_sections(rows, names, missing)
+    if rss is not None:
+        blocks.append(rss_section(rss))
+    summary = (summary_lines(rows) if rows else []) + ([rss_summary(rss)] if rss else [])
+    blocks.append("\n".join(summary))
+    print("\n\n".join(blocks))

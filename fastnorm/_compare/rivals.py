@@ -122,10 +122,13 @@ class JaxRival:
 
     def columns(self, case, inp, want, threads):
         timeds, worst = [], 0.0
+        # All workers build their arrays and compile at once, then answer.
+        for n in threads:
+            self.workers[n].send("prepare", case, inp.dtype.name, inp.seed)
         for n in threads:
             worker = self.workers[n]
             try:
-                error = worker.ask("prepare", case, inp.dtype.name, inp.seed)
+                error = worker.reply()
             except RuntimeError as e:
                 raise Skip(str(e).splitlines()[0][:150]) from None
             if not agrees(error, inp.dtype):

@@ -55,11 +55,16 @@ def _clamp(value, low, high):
     return int(max(low, min(high, round(value))))
 
 
+WARM_ENOUGH_S = 0.02   # a call this long is warm after one run
+
+
 def _warm_up(t, budget):
-    """Run t a few times (page faults, caches, thread pools, JIT); set its
+    """Run t once or twice (page faults, caches, thread pools, JIT); set its
     loop count from the best time; return that time per sample."""
     t.inner = 1
-    best = min(t.sample() for _ in range(1 if t.slow else 2))
+    best = t.sample()
+    if best < WARM_ENOUGH_S and not t.slow:
+        best = min(best, t.sample())
     t.inner = _clamp(budget.sample_s / max(best, 1e-9), 1, 100000)
     return best * t.inner
 
