@@ -14,6 +14,10 @@ each repetition and reports medians, with ratios taken per repetition
 (adjacent runs see the same machine state, so drift cancels) before the
 median.  Adding a case means adding a ``Case`` line; adding a kind of call
 means adding a builder to ``OPS``.
+
+``python -m fastnorm --full`` runs the full comparison instead (every row of
+the performance goal, float32 and float64, other libraries, peak memory):
+``fastnorm._compare``.
 """
 import argparse
 import gc

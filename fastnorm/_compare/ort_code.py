@@ -12,7 +12,6 @@ import numpy as np
 
 from .inputs import EPS, MOMENTUM
 
-NAME = "onnxruntime"
 OPSET = 23          # RMSNormalization is new in 23
 IR_VERSION = 11     # the IR version of opset 23 (newer onnx packages write a
                     # newer one by default, which ONNX Runtime may refuse)

@@ -5,18 +5,16 @@ outside the timed region).
 PyTorch normalizes trailing dimensions (layer/rms norm) or every dimension
 but 1 (batch norm); other layouts are permuted views, as a user would pass
 them (PyTorch copies non-contiguous inputs itself where it needs to).
-Its functional calls take no ``out=``: every call allocates its output (the
-aten ``.out`` overloads compute into a new tensor and copy, which is
-slower).  Backward calls time ``torch.autograd.grad`` on a graph recorded
+Its functional calls take no ``out=``: every call allocates its output
+(``torch.ops.aten.native_layer_norm.out`` into preallocated tensors was
+slower than ``F.layer_norm`` when tried, so the functional calls are what is
+timed).  Backward calls time ``torch.autograd.grad`` on a graph recorded
 once (``retain_graph=True``), i.e. the backward kernels alone, not the
 forward.
 """
 import numpy as np
 
 from .inputs import EPS, GROUPS, MOMENTUM
-
-NAME = "torch"
-
 
 def load():
     """The torch module and torch.nn.functional; ImportError when absent."""
@@ -138,7 +136,3 @@ def to_numpy(result):
     if not isinstance(result, (tuple, list)):
         result = (result,)
     return tuple(t.detach().numpy() for t in result)
-
-
-def set_threads(torch, n):
-    torch.set_num_threads(n)
