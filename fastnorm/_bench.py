@@ -14,6 +14,10 @@ each repetition and reports medians, with ratios taken per repetition
 (adjacent runs see the same machine state, so drift cancels) before the
 median.  Adding a case means adding a ``Case`` line; adding a kind of call
 means adding a builder to ``OPS``.
+
+``python -m fastnorm --full`` runs the full comparison instead (every row of
+the performance goal, float32 and float64, other libraries, peak memory):
+``fastnorm._compare``.
 """
 import argparse
 import gc
@@ -461,18 +465,21 @@ COLUMNS = [
 ]
 
 
-def format_table(rows):
-    def line(cells):
-        return " ".join(c.rjust(w) if i > 1 else c.ljust(w)
-                        for i, (c, (_, w, _)) in enumerate(zip(cells, COLUMNS))).rstrip()
+def format_table(rows, columns=COLUMNS, lead=2):
+    """One line per row under (header, width, format) columns, the first
+    two left-aligned; a row with an "error" shows its first `lead` cells
+    and the error instead."""
+    def cells(r, cols):
+        return [c.rjust(w) if i > 1 else c.ljust(w)
+                for i, (c, (_, w, _)) in enumerate(zip([f(r) for _, _, f in cols], cols))]
 
-    out = [line([h for h, _, _ in COLUMNS]),
-           " ".join("-" * w for _, w, _ in COLUMNS)]
+    out = [" ".join(cells(None, [(h, w, lambda _, h=h: h) for h, w, _ in columns])).rstrip(),
+           " ".join("-" * w for _, w, _ in columns)]
     for r in rows:
         if "error" in r:
-            out.append(f"{r['case']:<22} {_fmt_shape(r['shape']):<13} FAILED: {r['error']}")
+            out.append(" ".join(cells(r, columns[:lead])) + f" FAILED: {r['error']}")
         else:
-            out.append(line([fmt(r) for _, _, fmt in COLUMNS]))
+            out.append(" ".join(cells(r, columns)).rstrip())
     return "\n".join(out)
 
 
@@ -552,6 +559,11 @@ def parse_args(argv):
                    help="run only with N threads (default: the default count and 1)")
     p.add_argument("--json", metavar="PATH",
                    help="also write the results to PATH as a JSON list of objects")
+    p.add_argument("--full", action="store_true",
+                   help="instead, the full comparison: every row of the performance goal "
+                        "in float32 and float64, against the copy with 1 and 2 threads, "
+                        "NumPy, and PyTorch, ONNX Runtime and JAX where installed, plus "
+                        "peak memory (about 10 minutes; see --full --help)")
     args = p.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         p.error("--threads needs N >= 1")
@@ -564,6 +576,11 @@ def default_thread_counts():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--full" in argv:
+        # The comparison has options of its own (--full --help lists them).
+        from ._compare import main as compare
+        return compare(argv)
     args = parse_args(argv)
     fastnorm.show_config()
     sys.stdout.flush()  # config first, even while the bar draws on stderr

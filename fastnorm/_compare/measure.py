@@ -1,0 +1,157 @@
+"""One row of each kind, measured: its columns built and checked against
+fastnorm's result, timed interleaved, and summed up as a plain dict (the
+JSON output is a list of these)."""
+import time
+from statistics import median
+
+import numpy as np
+
+import fastnorm
+from . import fastnorm_calls, numpy_code
+from .agree import agrees, as_tuple, disagreement
+from .inputs import make_inputs
+from .rivals import Skip
+from .timing import Timed, interleave, median_of, median_ratio
+from .yardstick import allocating_copy, copy_into
+
+THREADS = (1, 2)
+
+
+def _fastnorm_column(call, n):
+    return Timed(("fastnorm", n), call, enter=lambda: fastnorm.set_num_threads(n))
+
+
+def _base(case, dtype, kind):
+    return {"kind": kind, "case": case.label, "op": case.op, "shape": list(case.shape),
+            "axis": case.axis, "dtype": str(dtype), "target": case.target,
+            "allocating": case.allocating}
+
+
+def _ms(seconds):
+    return None if seconds is None else 1e3 * seconds
+
+
+def _numpy_column(inp, want, row, slow):
+    code = numpy_code.build(inp)
+    error = disagreement(code(), want)
+    row["numpy_error"] = error
+    if not agrees(error, inp.dtype):
+        row["skipped"]["numpy"] = f"result differs from fastnorm's (relative error {error:.2g})"
+        return []
+    return [Timed(("numpy", 1), code, slow=slow)]
+
+
+def _rival_columns(rivals, case, inp, want, threads, row):
+    timeds = []
+    for r in rivals:
+        try:
+            cols, error = r.columns(case, inp, want, threads)
+        except Skip as e:
+            row["skipped"][r.name] = str(e)
+            continue
+        row["rivals"][r.name] = {"error": error}
+        timeds += cols
+    return timeds
+
+
+def _summarize_rivals(row, samples, timeds, threads, fast_key):
+    """ms and fastnorm's speed-up (their time / fastnorm's, per repetition)
+    per thread count, for NumPy and each rival that ran."""
+    if ("numpy", 1) in samples:
+        row["numpy_ms"] = _ms(median_of(samples["numpy", 1]))
+        row["numpy_speedup"] = {n: median_ratio(samples["numpy", 1], samples[fast_key(n)])
+                                for n in threads}
+    for name, entry in row["rivals"].items():
+        entry["ms"] = {n: _ms(median_of(samples[name, n])) for n in threads}
+        entry["speedup"] = {n: median_ratio(samples[name, n], samples[fast_key(n)])
+                            for n in threads}
+        load = {t.key[1]: median(t.cpu_per_wall) for t in timeds
+                if t.key[0] == name and getattr(t, "cpu_per_wall", None)}
+        if load:
+            entry["cpu_per_wall"] = load
+
+
+def _release(rivals):
+    for r in rivals:
+        r.release()
+
+
+def streaming_row(case, dtype, seed, rivals, budget):
+    """fastnorm against the copy yardstick with 1 and 2 threads, and against
+    NumPy and each rival (rows that allocate: against np.copy only)."""
+    started = time.perf_counter()
+    inp = make_inputs(case, dtype, seed)
+    fast = fastnorm_calls.build(inp, allocate=case.allocating)
+    fastnorm.set_num_threads(1)
+    want = as_tuple(fast())
+    row = dict(_base(case, dtype, "streaming"), skipped={}, rivals={})
+    if case.allocating:
+        copies = {n: allocating_copy(inp.x, n) for n in THREADS}
+    else:
+        # Into fastnorm's output where it has x's shape: one array of x's
+        # size less on the largest rows (want is checked before timing).
+        scratch = want[0] if want[0].shape == inp.x.shape else np.empty_like(inp.x)
+        copies = {n: copy_into(scratch, inp.x, n) for n in THREADS}
+    timeds = []
+    for n in THREADS:
+        timeds += [Timed(("copy", n), copies[n]), _fastnorm_column(fast, n)]
+    try:
+        if not case.allocating:
+            timeds += _numpy_column(inp, want, row, slow=True)
+            timeds += _rival_columns(rivals, case, inp, want, THREADS, row)
+        del want
+        row["setup_s"] = time.perf_counter() - started
+        samples = interleave(timeds, budget)
+    finally:
+        _release(rivals)
+        fastnorm.set_num_threads(None)
+    row["reps"] = len(samples["copy", 1])
+    row["copy_ms"] = {n: _ms(median_of(samples["copy", n])) for n in THREADS}
+    row["fastnorm_ms"] = {n: _ms(median_of(samples["fastnorm", n])) for n in THREADS}
+    row["ratio"] = {n: median_ratio(samples["fastnorm", n], samples["copy", n])
+                    for n in THREADS}
+    row["met"] = {n: row["ratio"][n] <= case.target for n in THREADS}
+    _summarize_rivals(row, samples, timeds, THREADS, lambda n: ("fastnorm", n))
+    return row
+
+
+def small_call_row(case, seed, rivals, budget):
+    """The whole call (allocating its output) on an array that fits in L1,
+    every library allowed the most threads of the run (small inputs are
+    worth one; each library decides), in microseconds per call."""
+    inp = make_inputs(case, case.dtypes[0], seed)
+    threads = THREADS[-1]
+    fast = fastnorm_calls.build(inp, allocate=case.allocating)
+    want = as_tuple(fast())
+    row = dict(_base(case, inp.dtype, "small call"), skipped={}, rivals={},
+               threads=threads)
+    timeds = [_fastnorm_column(fast, threads)]
+    try:
+        timeds += _numpy_column(inp, want, row, slow=False)
+        timeds += _rival_columns(rivals, case, inp, want, (threads,), row)
+        samples = interleave(timeds, budget)
+    finally:
+        _release(rivals)
+        fastnorm.set_num_threads(None)
+    row["reps"] = len(samples["fastnorm", threads])
+    row["fastnorm_us"] = 1e6 * median_of(samples["fastnorm", threads])
+    row["met"] = row["fastnorm_us"] * 1e-6 <= case.target
+    _summarize_rivals(row, samples, timeds, (threads,), lambda n: ("fastnorm", n))
+    return row
+
+
+def scaling_row(case, seed, budget):
+    """fastnorm on an in-cache array with 1 thread and with 2, alternately:
+    time(1) / time(2)."""
+    inp = make_inputs(case, case.dtypes[0], seed)
+    fast = fastnorm_calls.build(inp)
+    try:
+        samples = interleave([_fastnorm_column(fast, n) for n in THREADS], budget)
+    finally:
+        fastnorm.set_num_threads(None)
+    row = _base(case, inp.dtype, "scaling")
+    row["reps"] = len(samples["fastnorm", 1])
+    row["fastnorm_ms"] = {n: _ms(median_of(samples["fastnorm", n])) for n in THREADS}
+    row["speedup"] = median_ratio(samples["fastnorm", 1], samples["fastnorm", 2])
+    row["met"] = row["speedup"] >= case.target
+    return row
