@@ -4,8 +4,8 @@ import warnings
 
 import numpy as np
 
-from ._args import (as_input, axes_tuple, batch_axes, check_eps, check_out,
-                    keepdims_shape, param, result_dtypes, running_stat)
+from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps, check_out,
+                    keepdims_shape, param, result_dtypes, running_stat, split_out)
 from ._run import deliver, kernel_stats, normalize
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
@@ -279,6 +279,11 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
             rv_view = running_stat(running_var, "running_var", x.shape, kept)
+            # Updated after y is written: sharing memory with an output (or
+            # with each other) would leave one of the two results wrong.
+            outs = split_out(out, 1 + n_stats)
+            check_disjoint([("running_mean", running_mean), ("running_var", running_var)]
+                           + [(f"out[{i}]" if i else "out", o) for i, o in enumerate(outs)])
         y, (mean, rstd, var), sdt, outs = normalize(
             x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, want_var=running_mean is not None)
