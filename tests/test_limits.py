@@ -79,8 +79,12 @@ def test_a_thread_count_beyond_the_system_limits_does_not_crash(run_python, sett
 def test_ctrl_c_while_calls_run_is_a_keyboard_interrupt():
     # The GIL is released inside a call; SIGINT is handled when the call
     # returns: a KeyboardInterrupt, not a crash or a hang.
+    # Python only turns SIGINT into KeyboardInterrupt if SIGINT was not
+    # ignored when it started, and a shell ignores it for background jobs
+    # (a CI script run with &): the child sets the handler itself.
     code = textwrap.dedent("""
-        import sys, numpy as np, fastnorm
+        import signal, numpy as np, fastnorm
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         x = np.random.default_rng(0).standard_normal((64, 50_000)).astype(np.float32)
         print("ready", flush=True)
         for _ in range(100_000):
