@@ -1,8 +1,8 @@
 """Fuzzing every public entry point with hostile arguments.
 
 Each example draws one function and a call to it: shapes (0-d, size 0, size
-1, up to 4 dimensions, now and then one large enough for the threaded
-paths), every array argument in a hostile layout (hostile.py: negative,
+1, up to 4 dimensions, now and then up to 64 or one large enough for the
+threaded paths), every array argument in a hostile layout (hostile.py: negative,
 zero, overlapping and misaligned strides, non-native byte order, read-only),
 integer and bool inputs, Python lists, every kind of out= (fresh, strided,
 misaligned, non-native, overlapping itself, aliasing an input partially, in
@@ -139,6 +139,14 @@ class Example:
             big = [s for s in BIG_SHAPES if min_nd <= len(s) <= max_nd]
             if big:
                 shape = self.draw(big, "shape")
+        elif max_nd >= 4 and self.flag("many dimensions", 0.05):
+            # Up to NumPy's 64, a few of them longer than 1.
+            nd = self.draw([5, 8, 16, 32, 64], "ndim")
+            sides = [1] * nd
+            for _ in range(self.data.draw(st.integers(0, 4), label="sides above 1")):
+                sides[self.data.draw(st.integers(0, nd - 1), label="axis")] = \
+                    self.draw([0, 2, 3, 5], "side")
+            shape = tuple(sides)
         if shape is None:
             nd = self.data.draw(st.integers(min_nd, max_nd), label="ndim")
             sides = SIDES if nd <= 2 else SIDES[:-2]
