@@ -288,8 +288,14 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, want_var=running_mean is not None)
         if running_mean is not None:
-            new_mean = (1.0 - momentum) * rm_view + momentum * mean
-            new_var = (1.0 - momentum) * rv_view + momentum * var * (n / (n - 1))
+            # In float64 whatever the buffers' dtype: a Python float times a
+            # float32 array is float32 arithmetic, and r_mean * (1 - momentum)
+            # cancelling against momentum * mean would keep float32's error
+            # of the larger term.
+            old_mean = np.asarray(rm_view, dtype=np.float64)
+            old_var = np.asarray(rv_view, dtype=np.float64)
+            new_mean = (1.0 - momentum) * old_mean + momentum * mean
+            new_var = (1.0 - momentum) * old_var + momentum * var * (n / (n - 1))
             np.copyto(rm_view, new_mean, casting="unsafe")
             np.copyto(rv_view, new_var, casting="unsafe")
     if not return_stats:

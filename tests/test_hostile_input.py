@@ -331,3 +331,16 @@ def test_backward_of_an_empty_input_returns_its_out_array(form):
     dx, dgamma, dbeta = fastnorm.layer_norm_backward(dy, x, stat, stat, out=o)
     assert dx is o
     np.testing.assert_array_equal(dgamma, np.zeros(3))
+
+
+def test_running_statistics_of_float32_are_updated_in_float64():
+    # (1 - momentum) * r_mean was float32 arithmetic for float32 buffers (a
+    # Python float times a float32 array): where it cancelled against
+    # momentum * mean, the new r_mean kept float32's error of the larger
+    # term: a tenth of its own size here, instead of float32's rounding.
+    x = np.array([[-9.0], [-9.0], [-9.0]])       # batch mean -9
+    rm = np.array([1.0000001], dtype=np.float32)  # 0.9 * rm nearly cancels 0.1 * mean
+    rv = np.ones(1, dtype=np.float32)
+    expected = 0.9 * np.float64(rm[0]) + 0.1 * -9.0
+    fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0)
+    assert rm[0] == np.float32(expected), (rm[0], expected)
