@@ -4,8 +4,9 @@ import warnings
 
 import numpy as np
 
-from ._args import (as_input, axes_tuple, batch_axes, check_eps, check_out, check_training,
-                    keepdims_shape, param, result_dtypes, running_stat)
+from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps, check_out,
+                    check_training, keepdims_shape, param, result_dtypes, running_stat,
+                    split_out)
 from ._run import deliver, kernel_stats, normalize
 from ._route import any_dask, via_dask
 
@@ -285,12 +286,23 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
             rv_view = running_stat(running_var, "running_var", x.shape, kept)
+            # Updated after y is written: sharing memory with an output (or
+            # with each other) would leave one of the two results wrong.
+            outs = split_out(out, 1 + n_stats)
+            check_disjoint([("running_mean", running_mean), ("running_var", running_var)]
+                           + [(f"out[{i}]" if i else "out", o) for i, o in enumerate(outs)])
         y, (mean, rstd, var), sdt, outs = normalize(
             x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, want_var=running_mean is not None)
         if running_mean is not None:
-            new_mean = (1.0 - momentum) * rm_view + momentum * mean
-            new_var = (1.0 - momentum) * rv_view + momentum * var * (n / (n - 1))
+            # In float64 whatever the buffers' dtype: a Python float times a
+            # float32 array is float32 arithmetic, and r_mean * (1 - momentum)
+            # cancelling against momentum * mean would keep float32's error
+            # of the larger term.
+            old_mean = np.asarray(rm_view, dtype=np.float64)
+            old_var = np.asarray(rv_view, dtype=np.float64)
+            new_mean = (1.0 - momentum) * old_mean + momentum * mean
+            new_var = (1.0 - momentum) * old_var + momentum * var * (n / (n - 1))
             np.copyto(rm_view, new_mean, casting="unsafe")
             np.copyto(rv_view, new_var, casting="unsafe")
     if not return_stats:

@@ -187,12 +187,13 @@ def running_stat(value, name, x_shape, along):
 
 
 def check_out(out, name, shape, dtype):
-    """out= for one result: an ndarray of exactly this shape and dtype."""
+    """out= for one result: an ndarray of exactly this shape and dtype, in
+    either byte order (a non-native one is written through a temporary)."""
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
     if out.shape != tuple(shape):
         raise ValueError(f"{name} has shape {out.shape}; expected {tuple(shape)}")
-    if out.dtype != dtype:
+    if out.dtype.newbyteorder("=") != np.dtype(dtype).newbyteorder("="):
         raise TypeError(f"{name} has dtype {out.dtype}; expected {dtype}")
     if not out.flags.writeable:
         raise ValueError(f"{name} is read-only")
@@ -212,17 +213,54 @@ def split_out(out, n_results):
     return (out,) + (None,) * (n_results - 1)
 
 
+def may_self_overlap(a):
+    """Whether two elements of a may share an address (as_strided views,
+    writable zero strides).  Conservative: False is certain, True may be a
+    layout that interleaves without overlapping.  Each axis, in order of
+    stride, must step past the whole extent of the axes inside it."""
+    extent = a.itemsize
+    for stride, n in sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride < extent:
+            return True
+        extent += stride * (n - 1)
+    return False
+
+
+def shares_memory(a, b):
+    """Whether arrays a and b have a byte in common: exact where NumPy can
+    tell cheaply, else (conservatively) yes."""
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return np.shares_memory(a, b, max_work=1 << 16)
+    except np.exceptions.TooHardError:
+        return True
+
+
+def check_disjoint(arrays):
+    """ValueError when two of the named arrays that a call writes share
+    memory: the result would depend on the order of the writes."""
+    named = [(n, a) for n, a in arrays if isinstance(a, np.ndarray)]
+    for i, (name_a, a) in enumerate(named):
+        for name_b, b in named[i + 1:]:
+            if shares_memory(a, b):
+                raise ValueError(f"{name_a} and {name_b} share memory; both are written "
+                                 "by this call")
+
+
 def writable_target(out, x, dtype):
     """The array the kernel writes into and the array the caller gets.
 
     The kernel writes straight into `out` unless out overlaps x other than
-    exactly (in place with the same layout is fine) or cannot be written
-    directly (non-native byte order, misaligned); then it writes into a
-    fresh array that is copied into out afterwards.
+    exactly (in place with the same layout is fine), overlaps itself (two
+    indices, one address: the kernel's threads would race and a slice could
+    read another's output), or cannot be written directly (non-native byte
+    order, misaligned); then it writes into a fresh array that is copied
+    into out afterwards, as NumPy copies into such an out.
     """
     if out is None:
         return np.empty_like(x, dtype=dtype), None
-    direct = out.dtype.isnative and out.flags.aligned
+    direct = out.dtype.isnative and out.flags.aligned and not may_self_overlap(out)
     if direct and np.may_share_memory(out, x):
         direct = (out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
                   and out.strides == x.strides and out.dtype.itemsize == x.dtype.itemsize)

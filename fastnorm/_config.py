@@ -1,6 +1,7 @@
 """Threads and build configuration."""
 import contextlib
 import operator
+import os
 import platform
 import threading
 
@@ -23,6 +24,21 @@ class _ThreadCap(threading.local):
 
 _cap = _ThreadCap()
 _OPENMP = _dispatch.kernels.build_info()["openmp"]  # the same for every SIMD level
+
+
+def _processors():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity API on this OS
+        return os.cpu_count() or 1
+
+
+# Threads one call may start: one per processor the process may run on, or
+# 64 where that is more (oversubscribing a few cores is legitimate, e.g. to
+# show results do not depend on the count).  Beyond that a stray
+# set_num_threads(100000) or OMP_NUM_THREADS would start a team that
+# exhausts the process's thread limit, which OpenMP does not survive.
+_MAX_TEAM = max(64, _processors())
 
 
 def get_num_threads() -> int:
@@ -54,12 +70,19 @@ def get_num_threads() -> int:
     return max(1, int(n))
 
 
+def team_size() -> int:
+    """Threads the next call runs on at most: get_num_threads(), capped at
+    one per processor (at least 64)."""
+    return min(get_num_threads(), _MAX_TEAM)
+
+
 def set_num_threads(n) -> None:
     """Use at most n threads in every later call.
 
     Results do not depend on the thread count: they are bitwise identical
     for any n.  Safe to call while other threads are computing (a call in
-    flight keeps the count it started with).
+    flight keeps the count it started with).  A call never starts more
+    than 64 threads, or one per processor on machines with more.
 
     Parameters
     ----------

@@ -7,7 +7,8 @@ import operator
 import numpy as np
 from numpy.exceptions import AxisError
 
-from ._args import as_input, axes_tuple, check_eps, check_out, param, split_out
+from ._args import (as_input, axes_tuple, check_eps, check_out, keepdims_shape, param,
+                    result_dtypes, split_out)
 from ._run import deliver, normalize
 from ._route import any_dask, via_dask
 
@@ -132,9 +133,14 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
     beta = grp.channel_param(beta, "beta")
     outs = split_out(out, 3 if return_stats else 1)
     y_out = outs[0]
+    # Every out= is checked before anything is written.
     if y_out is not None:
         check_out(y_out, "out", x.shape, np.result_type(y_out))  # shape first
         y_out = grp.split(y_out)
+    sdt = result_dtypes(x.dtype, dtype)[1]
+    for i, o in enumerate(outs[1:], start=1):
+        if o is not None:
+            check_out(o, f"out[{i}]", grp.stat_shape, sdt)
     y, (mean, rstd, _), sdt, _ = normalize(
         grp.split(x), grp.reduced, "center", eps=eps, gamma=gamma, beta=beta, out=y_out,
         dtype=dtype, n_stats=0)
@@ -216,13 +222,21 @@ def weight_norm(v, g=None, *, axis=None, return_norm=False):
     kept = tuple(i for i in range(v.ndim) if i not in axes)
     n = math.prod(v.shape[i] for i in axes)
     gain = param(g, "g", v.shape, kept)
+    if n == 0:
+        # Empty directions: nothing to normalize, and the norm of an empty
+        # vector is 0 (as np.linalg.norm says).
+        w_dtype, sdt = result_dtypes(v.dtype, None)
+        w = np.empty(v.shape, dtype=w_dtype)
+        return (w, np.zeros(keepdims_shape(v.shape, axes), dtype=sdt)) if return_norm else w
     # rms_norm with eps 0 gives v / sqrt(mean(v**2)) = v * sqrt(n) / ||v||.
+    # (An array even for 0-d v, where arithmetic on gain gives a NumPy scalar.)
     scale = np.full((1,) * v.ndim, 1.0 / math.sqrt(n)) if gain is None else gain / math.sqrt(n)
+    scale = np.asarray(scale)
     w, (mean_sq, _, _), sdt, _ = normalize(v, axes, "rms", eps=0.0, gamma=scale, beta=None,
                                            out=None, dtype=None, n_stats=0)
     if not return_norm:
         return w
-    return w, np.sqrt(mean_sq * n).astype(sdt, copy=False)
+    return w, np.asarray(np.sqrt(mean_sq * n), dtype=sdt)
 
 
 def weight_standardize(w, *, axis=None, eps=1e-5):

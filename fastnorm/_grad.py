@@ -12,9 +12,9 @@ import math
 import numpy as np
 
 from . import _dispatch
-from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
+from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out, detach,
                     keepdims_shape, reduced_mask, split_out, writable_target)
-from ._config import get_num_threads
+from ._config import team_size
 from ._family import Groups
 from ._route import any_dask, via_dask
 
@@ -43,7 +43,13 @@ def _stat(value, name, x_shape, axes):
     if a.shape != keep:
         raise ValueError(f"{name} has shape {a.shape}; expected {keep} (as the forward "
                          f"returned it) or {kept}")
-    return np.ascontiguousarray(a, dtype=np.float64)
+    return _kernel_operand(a)
+
+
+def _kernel_operand(a):
+    """a as the kernels read a statistic or gamma: float64, C-contiguous and
+    aligned (np.ascontiguousarray keeps a misaligned buffer as it is)."""
+    return np.require(a, dtype=np.float64, requirements="CA")
 
 
 def _gamma(gamma, name, x_shape, along):
@@ -64,7 +70,7 @@ def _gamma(gamma, name, x_shape, along):
     else:
         raise ValueError(f"{name} has shape {a.shape}; expected {named} or {keep} "
                          f"(keepdims layout) for x of shape {tuple(x_shape)}")
-    return np.ascontiguousarray(g, dtype=np.float64), a.shape, (a.dtype if a.dtype.kind == "f" else None)
+    return _kernel_operand(g), a.shape, (a.dtype if a.dtype.kind == "f" else None)
 
 
 def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
@@ -74,14 +80,19 @@ def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
     if final is None and dx_out is not None and (np.may_share_memory(dx, dy)
                                                  and dx is not dy):
         dx, final = np.empty_like(x), dx_out  # dx overlaps dy other than exactly
+    # Inputs that share memory with dx are read from copies: dx is written
+    # while they are read.
+    gamma, mean, rstd = (detach(a, dx) for a in (gamma, mean, rstd))
     dgamma, dbeta = np.empty_like(gamma), np.empty_like(gamma)
     if x.size == 0:
+        # Nothing to differentiate: empty sums (and an empty dx, which is
+        # still the caller's out).
         dgamma.fill(0.0)
         dbeta.fill(0.0)
-        return dx, dgamma, dbeta
-    k = _dispatch.backward
-    k.backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
-               k.MODES[mode], get_num_threads())
+    else:
+        k = _dispatch.backward
+        k.backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
+                   k.MODES[mode], team_size())
     if final is not None:
         np.copyto(final, dx)
         dx = final
@@ -108,10 +119,11 @@ def _deliver(grad, out):
 
 
 def _param_dtype(gamma_dtype, x_dtype):
-    """Parameter gradients come in gamma's float dtype; with no (float)
-    gamma, float32 for float16/float32 inputs and float64 for float64."""
+    """Parameter gradients come in gamma's float dtype (native byte order,
+    as NumPy's results are); with no (float) gamma, float32 for
+    float16/float32 inputs and float64 for float64."""
     if gamma_dtype is not None:
-        return np.dtype(gamma_dtype)
+        return np.dtype(gamma_dtype).newbyteorder("=")
     return np.dtype(np.float64 if x_dtype == np.float64 else np.float32)
 
 
@@ -280,7 +292,7 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
         g = np.ones(keepdims_shape(vx.shape, tuple(i for i in range(vx.ndim)
                                                    if i not in (grp.axis, grp.axis + 1))))
     else:
-        g = np.ascontiguousarray(grp.channel_param(gamma, "gamma"))
+        g = _kernel_operand(grp.channel_param(gamma, "gamma"))
     dx_out = None if outs[0] is None else grp.split(outs[0])
     dx, dg, db = _run(vdy, vx, axes, stat(mean, "mean"), stat(rstd, "rstd"), g, "center",
                       dx_out)

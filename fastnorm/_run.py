@@ -8,7 +8,7 @@ import numpy as np
 from . import _dispatch
 from ._args import (check_out, detach, keepdims_shape, reduced_mask, result_dtypes,
                     split_out, warn_empty, writable_target)
-from ._config import get_num_threads
+from ._config import team_size
 
 
 def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
@@ -32,7 +32,7 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
         return s0, s1, s2
     k = _dispatch.kernels
     k.normalize(x, y, gamma, beta, s0, s1, s2, reduced_mask(axes, x.ndim),
-                k.MODES[mode], eps, get_num_threads())
+                k.MODES[mode], eps, team_size())
     return s0, s1, s2
 
 
@@ -59,8 +59,13 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
         if o is not None:
             check_out(o, f"out[{i}]", keepdims_shape(x.shape, axes), stat_dtype)
     y, final = writable_target(outs[0], x, out_dtype)
-    if outs[0] is not None:  # a fresh y shares memory with nothing
+    # Inputs that share memory with y (running statistics in eval mode
+    # included) are read from copies: y is written while they are read.  A
+    # fresh y shares memory with nothing.
+    if outs[0] is not None:
         gamma, beta = detach(gamma, y), detach(beta, y)
+        if given is not None:
+            given = tuple(detach(s, y) for s in given)
     stats = kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,
                          given=given, want_var=want_var)
     if final is not None:

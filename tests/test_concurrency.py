@@ -1,0 +1,142 @@
+"""Many Python threads calling every public function at once, on shared
+inputs (read-only, and large enough that the calls run OpenMP teams of
+their own), give bitwise the results of serial calls; set_num_threads from
+another thread meanwhile changes nothing but the speed."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import fastnorm
+from reference import assert_bitwise
+
+N_THREADS = 8
+
+
+def _shared_inputs():
+    """One problem for every function, read-only: large enough for the
+    parallel paths (more than 2**15 values) and small enough to be quick."""
+    rng = np.random.default_rng(0)
+    a = dict(
+        x=(2.0 + rng.standard_normal((16, 24, 96))).astype(np.float32),
+        dy=rng.standard_normal((16, 24, 96)).astype(np.float32),
+        x64=rng.standard_normal((3, 20000)),
+        g_last=rng.uniform(0.5, 2.0, 96), g_chan=rng.uniform(0.5, 2.0, 24),
+        b_chan=rng.standard_normal(24), rm=rng.standard_normal(24),
+        rv=rng.uniform(0.5, 2.0, 24),
+    )
+    _, a["ln_mean"], a["ln_rstd"] = fastnorm.layer_norm(a["x"], return_stats=True)
+    _, a["rms_rstd"] = fastnorm.rms_norm(a["x"], return_stats=True)
+    _, a["bn_mean"], a["bn_rstd"] = fastnorm.batch_norm(a["x"], return_stats=True)
+    _, a["gn_mean"], a["gn_rstd"] = fastnorm.group_norm(a["x"], 4, return_stats=True)
+    for v in a.values():
+        v.flags.writeable = False
+    return a
+
+
+# Every public computing function (batch norm in both modes; training
+# updates running statistics of its own call).
+CALLS = {
+    "mean_var": lambda a: fastnorm.mean_var(a["x"], axis=(0, 2)),
+    "mean_var_long": lambda a: fastnorm.mean_var(a["x64"], axis=1),
+    "layer_norm": lambda a: fastnorm.layer_norm(a["x"], a["g_last"], return_stats=True),
+    "rms_norm": lambda a: fastnorm.rms_norm(a["x"], a["g_last"], return_stats=True),
+    "batch_norm": lambda a: fastnorm.batch_norm(
+        a["x"], a["g_chan"], a["b_chan"], a["rm"].copy(), a["rv"].copy(), return_stats=True),
+    "batch_norm_eval": lambda a: fastnorm.batch_norm(a["x"], a["g_chan"], a["b_chan"], a["rm"],
+                                                     a["rv"], training=False),
+    "batch_norm_nhwc": lambda a: fastnorm.batch_norm(a["x"], axis=(0, 1), return_stats=True),
+    "group_norm": lambda a: fastnorm.group_norm(a["x"], 4, a["g_chan"], return_stats=True),
+    "instance_norm": lambda a: fastnorm.instance_norm(a["x"], channel_axis=-1,
+                                                      return_stats=True),
+    "weight_norm": lambda a: fastnorm.weight_norm(a["x"], return_norm=True),
+    "weight_standardize": lambda a: fastnorm.weight_standardize(a["x64"], axis=1),
+    "layer_norm_backward": lambda a: fastnorm.layer_norm_backward(
+        a["dy"], a["x"], a["ln_mean"], a["ln_rstd"], a["g_last"]),
+    "rms_norm_backward": lambda a: fastnorm.rms_norm_backward(
+        a["dy"], a["x"], a["rms_rstd"], a["g_last"]),
+    "batch_norm_backward": lambda a: fastnorm.batch_norm_backward(
+        a["dy"], a["x"], a["bn_mean"], a["bn_rstd"], a["g_chan"]),
+    "group_norm_backward": lambda a: fastnorm.group_norm_backward(
+        a["dy"], a["x"], a["gn_mean"], a["gn_rstd"], 4, a["g_chan"]),
+}
+
+
+def _flat(res):
+    return [np.asarray(r) for r in (res if isinstance(res, tuple) else (res,))]
+
+
+@pytest.fixture(scope="module")
+def shared():
+    a = _shared_inputs()
+    serial = {name: _flat(call(a)) for name, call in CALLS.items()}
+    return a, serial
+
+
+def _check(name, got, serial):
+    assert len(got) == len(serial[name])
+    for k, (g, e) in enumerate(zip(got, serial[name])):
+        assert_bitwise(g, e, f"{name}, result {k}, from a thread")
+
+
+def test_every_function_from_many_threads_at_once(shared):
+    # Each thread runs every function (in its own order), three times over.
+    a, serial = shared
+    names = list(CALLS) * 3
+    orders = [np.random.default_rng(i).permutation(len(names)) for i in range(N_THREADS)]
+    barrier = threading.Barrier(N_THREADS)
+
+    def worker(i):
+        barrier.wait()
+        return [(names[j], _flat(CALLS[names[j]](a))) for j in orders[i]]
+
+    with ThreadPoolExecutor(N_THREADS) as pool:
+        for results in pool.map(worker, range(N_THREADS), timeout=600):
+            for name, got in results:
+                _check(name, got, serial)
+
+
+def test_set_num_threads_from_another_thread_while_every_function_runs(shared):
+    # One thread keeps changing the thread count (None included: back to
+    # OpenMP's default); results keep their bits.
+    a, serial = shared
+    stop = threading.Event()
+
+    def toggler():
+        n = 0
+        while not stop.is_set():
+            fastnorm.set_num_threads([1, 2, 3, None, 4][n % 5])
+            n += 1
+
+    t = threading.Thread(target=toggler)
+    t.start()
+    try:
+        with ThreadPoolExecutor(N_THREADS - 1) as pool:
+            futures = [pool.submit(lambda name=name: (name, _flat(CALLS[name](a))))
+                       for name in list(CALLS) * 4]
+            results = [f.result(timeout=600) for f in futures]
+    finally:
+        stop.set()
+        t.join()
+    for name, got in results:
+        _check(name, got, serial)
+    assert not any(v.flags.writeable for v in a.values())
+
+
+def test_in_place_calls_on_private_arrays_from_many_threads(shared):
+    # out= into each thread's own arrays, in place on each thread's copy:
+    # no thread sees another's writes.
+    a, serial = shared
+
+    def worker(i):
+        x = np.array(a["x"])
+        y = np.empty_like(x)
+        fastnorm.layer_norm(x, a["g_last"], out=y)
+        fastnorm.layer_norm(x, a["g_last"], out=x)
+        return y, x
+
+    with ThreadPoolExecutor(N_THREADS) as pool:
+        for y, x in pool.map(worker, range(2 * N_THREADS), timeout=600):
+            assert_bitwise(y, serial["layer_norm"][0])
+            assert_bitwise(x, serial["layer_norm"][0])
