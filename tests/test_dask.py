@@ -311,10 +311,10 @@ def _recording(monkeypatch):
     """Record the thread count every kernel call of this process gets."""
     seen = []
     for module in (fastnorm._run, fastnorm._grad):
-        def record(original=module.get_num_threads):
+        def record(original=module.team_size):
             seen.append(original())
             return seen[-1]
-        monkeypatch.setattr(module, "get_num_threads", record)
+        monkeypatch.setattr(module, "team_size", record)
     return seen
 
 
@@ -331,12 +331,12 @@ def test_worker_processes_run_one_openmp_thread_per_task(client):
     def kernel_threads_in_a_task():
         import fastnorm._run as run
         seen = []
-        original = run.get_num_threads
-        run.get_num_threads = lambda: seen.append(original()) or seen[-1]
+        original = run.team_size
+        run.team_size = lambda: seen.append(original()) or seen[-1]
         try:
             fastnorm._dask_tasks.chunk_moments(np.ones((64, 1024)), (1,), True)
         finally:
-            run.get_num_threads = original
+            run.team_size = original
         return seen
 
     assert client.submit(kernel_threads_in_a_task, pure=False).result() == [1]
