@@ -150,13 +150,21 @@ def aggregate_states(parts, axis, keepdims, computing_meta=False):
 # --------------------------------------------------------------------------
 # normalizing one chunk
 
+def kernel_ready(a):
+    """a as the kernels read it: C-contiguous, aligned float64.  Arrays that
+    come over the network (or out of a memory map) may be neither."""
+    return np.require(a, dtype=np.float64, requirements=["C", "A"])
+
+
 def normalize_block(block, mean, rstd, gamma, beta, *, axes, out_dtype):
     """One chunk normalized by the kernels with the given float64 statistics
     of its slices (mean None: RMS, no centring); gamma, beta float64 in
     keepdims layout, or None."""
     block = as_input(block)
-    rstd = np.ascontiguousarray(rstd, dtype=np.float64)
-    mean = np.zeros_like(rstd) if mean is None else np.ascontiguousarray(mean, dtype=np.float64)
+    rstd = kernel_ready(rstd)
+    mean = np.zeros_like(rstd) if mean is None else kernel_ready(mean)
+    gamma = None if gamma is None else kernel_ready(gamma)
+    beta = None if beta is None else kernel_ready(beta)
     with sharing_cores():
         y, _, _, _ = normalize(block, axes, "given", eps=0.0, gamma=gamma, beta=beta,
                                out=None, dtype=out_dtype, n_stats=0, given=(mean, rstd))

@@ -392,3 +392,24 @@ def test_readme_example_runs():
     section = text.split("## Dask", 1)[1].split("\n## ", 1)[0]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+
+
+def _unaligned(a):
+    """A copy of float64 array a at an address that is not a multiple of 8,
+    as arrays that arrive over the network may be."""
+    buf = np.empty(a.nbytes + 1, np.uint8)
+    out = buf[1:].view(np.float64).reshape(a.shape)
+    out[...] = a
+    assert not out.flags.aligned
+    return out
+
+
+def test_normalize_task_reads_unaligned_statistics_and_parameters():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 40))
+    mean, rstd = x.mean(1, keepdims=True), 1 / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    g, b = rng.standard_normal((1, 40)), rng.standard_normal((1, 40))
+    y = fastnorm._dask_tasks.normalize_block(
+        x, _unaligned(mean), _unaligned(rstd), _unaligned(g), _unaligned(b),
+        axes=(1,), out_dtype=np.dtype(np.float64))
+    np.testing.assert_allclose(y, (x - mean) * rstd * g + b, rtol=1e-12, atol=1e-12)
