@@ -19,7 +19,7 @@ byte of every input buffer is compared before and after: only out= arrays
 and in-place running statistics may change, and a rejected call changes
 nothing.
 
-The normal run tries 120 examples per function (derandomized, as the
+The normal run tries 200 examples per function (derandomized, as the
 other hypothesis tests in CI); the long run is one command (README,
 "Testing"):
 
@@ -47,7 +47,7 @@ from reference import (ACC_TOL, F16, F32, F64, OUT_TOL, acc_dtype_of, assert_clo
 from strategies import make_values
 
 FUZZ_EXAMPLES = int(os.environ.get("FASTNORM_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=FUZZ_EXAMPLES or 120,
+FUZZ = settings(max_examples=FUZZ_EXAMPLES or 200,
                 **({"derandomize": False} if FUZZ_EXAMPLES else {}))
 
 FORWARD = ["mean_var", "layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm",
