@@ -274,7 +274,10 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     if not training:
         if running_mean is None:
             raise ValueError("batch_norm with training=False needs running_mean and running_var")
-        mean = np.ascontiguousarray(param(running_mean, "running_mean", x.shape, kept))
+        # A copy, never a view of running_mean: it is also the mean this
+        # call returns, which must not change when the caller's array does
+        # (or when an out= over that array is written).
+        mean = np.array(param(running_mean, "running_mean", x.shape, kept), order="C")
         var = param(running_var, "running_var", x.shape, kept)
         with np.errstate(invalid="ignore"):
             rstd = np.ascontiguousarray(1.0 / np.sqrt(var + eps))

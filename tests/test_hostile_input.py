@@ -137,7 +137,8 @@ def test_read_only_out_is_a_value_error_and_nothing_is_written(name):
     assert (o == 7).all()
 
 
-@pytest.mark.parametrize("kind", ["swapped", "misaligned", "odd_strides", "everything_but_readonly"])
+@pytest.mark.parametrize("kind", ["swapped", "misaligned", "odd_strides",
+                                  "everything_but_readonly"])
 @pytest.mark.parametrize("name", WITH_OUT)
 def test_out_in_any_byte_order_and_alignment_is_written_and_returned(name, kind):
     names, call = CASES[name]
@@ -344,3 +345,25 @@ def test_running_statistics_of_float32_are_updated_in_float64():
     expected = 0.9 * np.float64(rm[0]) + 0.1 * -9.0
     fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0)
     assert rm[0] == np.float32(expected), (rm[0], expected)
+
+
+def test_eval_batch_norm_returns_a_mean_of_its_own():
+    # In eval mode the mean returned was a view of running_mean (float64):
+    # changing one changed the other, and an out= over running_mean was
+    # written into the returned mean before the caller saw it.
+    x = np.random.default_rng(9).standard_normal((3, 4))
+    rm, rv = np.arange(4.0), np.ones(4)
+    _, mean, _ = fastnorm.batch_norm(x, None, None, rm, rv, training=False, axis=0,
+                                     return_stats=True)
+    assert not np.shares_memory(mean, rm)
+    buf = np.zeros(16)
+    rm = buf[:4]
+    rm[...] = np.arange(4.0)
+    _, mean, _ = fastnorm.batch_norm(x, None, None, rm, rv, training=False, axis=0,
+                                     out=buf[4:].reshape(3, 4)[::-1], return_stats=True)
+    np.testing.assert_array_equal(mean, np.arange(4.0).reshape(1, 4))
+    buf = np.zeros(12)
+    y, mean, _ = fastnorm.batch_norm(x, None, None, buf[:4], rv, training=False, axis=0,
+                                     out=buf.reshape(3, 4), return_stats=True)
+    np.testing.assert_array_equal(mean, np.zeros((1, 4)))
+    np.testing.assert_allclose(y, x / np.sqrt(1 + 1e-5), rtol=1e-15)
