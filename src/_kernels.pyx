@@ -35,8 +35,8 @@ cdef enum:
     # Values per Welford block along a run: one block is one work item when a
     # few long slices are split across threads.
     CHUNK = 4096
-    # Columns per tile of the COLUMNS pattern: the tile's accumulators
-    # (2 x 1024 doubles) stay in L1 while the rows stream by.
+    # Columns per tile of the COLUMNS pattern (a statistics item's scratch:
+    # 2 x 1024 doubles).
     COL_TILE = 1024
     # Per-column arrays of a tile start PAD doubles apart from a multiple of
     # 4 KiB: arrays exactly 4 KiB apart make the CPU's memory disambiguation
@@ -48,11 +48,18 @@ cdef enum:
     ROW_BLOCK_MIN = 64
     # ...and blocks times tiles at most this many (bounds the scratch memory).
     MAX_COL_ITEMS = 256
-    # COLUMNS prefetch the row this many rows ahead when rows are pieces
-    # far apart (hardware prefetchers follow only rows that touch)...
+    # COLUMNS prefetch the row this many rows ahead when rows are apart in
+    # memory (hardware prefetchers follow only rows that touch)...
     PREFETCH_ROWS = 4
+    # ...rows of at most this many bytes (longer ones the hardware
+    # prefetchers follow by themselves)...
+    PREFETCH_ROW_MAX = 16384
     # ...and SLICES prefetch this much of the next slice while normalizing one.
     PREFETCH_BYTES = 16384
+    # Bytes of rows x tile that column_rows_stats sweeps a strip at a time:
+    # the sweep and the next one, prefetched meanwhile, stay in L2 from one
+    # strip to the next (larger sweeps measured slower: 384 KiB by 2.5x).
+    SWEEP_BYTES = 128 << 10
     # Outputs of at least this many bytes are written with non-temporal stores.
     STREAM_MIN_BYTES = 8 << 20
     # Below this many elements a call runs on one thread.
@@ -466,8 +473,11 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
 
 # ---------------------------------------------------------------------------
 # COLUMNS: the innermost axis is kept.  Columns are cut into tiles of
-# COL_TILE, the rows (all reduced axes) into blocks; a (tile, block) item runs
-# a Welford update per column, vectorized across the tile, one row at a time.
+# COL_TILE, the rows (all reduced axes) into blocks.  A statistics item (tile,
+# block) runs a Welford update per column, vectorized across the columns, in
+# strips whose accumulators stay in registers while they sweep down the rows.
+# The output items are blocks of whole rows, written tile after tile, so that
+# memory is read and written in address order.
 
 cdef struct ColumnPlan:
     const Layout* L
@@ -478,19 +488,26 @@ cdef struct ColumnPlan:
     Py_ssize_t n_tiles
     Py_ssize_t n_groups       # n_outer * n_tiles
     Py_ssize_t n_rows         # product of the reduced axes
-    Py_ssize_t rows_per_block
+    Py_ssize_t rows_per_block # statistics items: a tile's rows in blocks
     Py_ssize_t n_blocks
-    bint prefetch             # rows are pieces far apart: prefetch them
+    Py_ssize_t rows_per_sweep # rows of a tile that column_rows_stats keeps in L2
+    Py_ssize_t rows_per_out   # output items: whole rows of an outer index
+    Py_ssize_t n_out_blocks   #   in blocks, every tile of a row in turn
+    bint prefetch             # rows are apart in memory: prefetch them
     double* state             # per item: mean, m2 (STATE_STRIDE doubles)
     double* coef              # per group: pivot, shift, scale (COEF_STRIDE doubles)
     bint f32                  # float32 data and output, columns contiguous:
                               # the normalization pass runs in float32...
     bint fold                 # ...with gain and bias folded into the column
                               # coefficients (they are the same for every row)
+    float* coef32             # per group: mean, scale, rest in float32
+                              # (COEF_STRIDE floats; see column_coef32)...
+    char* ok32                # ...and whether float32 holds them
 
 
 cdef struct Tile:
     Odometer outer            # offsets of the outer kept index
+    Py_ssize_t group          # outer index * n_tiles + tile
     Py_ssize_t c0             # first column
     Py_ssize_t width          # columns in this tile
     double* pivot
@@ -501,7 +518,19 @@ cdef struct Tile:
 cdef inline void tile_of(const ColumnPlan* p, Py_ssize_t group, Tile* t) noexcept nogil:
     cdef double* base = p.coef + group * COEF_STRIDE
     odo_init(&t.outer, p.L.kept, p.L.n_kept - 1, group // p.n_tiles)
+    t.group = group
     t.c0 = (group % p.n_tiles) * COL_TILE
+    t.width = min(<Py_ssize_t>COL_TILE, p.n_cols - t.c0)
+    t.pivot = base
+    t.shift = base + COL_TILE + PAD
+    t.scale = base + 2 * (COL_TILE + PAD)
+
+
+cdef inline void tile_move(const ColumnPlan* p, Tile* t, Py_ssize_t j) noexcept nogil:
+    """t, a tile of some outer index, made that index's tile j."""
+    cdef double* base = p.coef + (t.group - t.group % p.n_tiles + j) * COEF_STRIDE
+    t.group = t.group - t.group % p.n_tiles + j
+    t.c0 = j * COL_TILE
     t.width = min(<Py_ssize_t>COL_TILE, p.n_cols - t.c0)
     t.pivot = base
     t.shift = base + COL_TILE + PAD
@@ -532,50 +561,162 @@ cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcep
         t.pivot[c] = pick_pivot(sload(xp + c * sx, ki), ki)
 
 
+cdef inline void welford_step(fn_vd y, fn_vd r, fn_vd* mean, fn_vd* m2) noexcept nogil:
+    """One Welford update of a vector of columns; r = 1 / (rows so far)."""
+    cdef fn_vd d = fn_sub(y, mean[0])
+    mean[0] = fn_fma(d, r, mean[0])
+    m2[0] = fn_fma(d, fn_sub(y, mean[0]), m2[0])
+
+
+cdef struct Ahead:
+    # A cursor over the next sweep's rows, prefetched into L2 line by line
+    # in address order (DRAM and the hardware prefetchers like it best) while
+    # the current sweep runs.
+    const char* row           # the row being prefetched
+    Py_ssize_t col            # the next line's byte offset in it
+    Py_ssize_t width          # bytes to prefetch per row
+    Py_ssize_t rs             # bytes from row to row
+    Py_ssize_t rows           # rows left
+    int per_step              # lines per row of the current sweep
+
+
+cdef inline void ahead_step(Ahead* a) noexcept nogil:
+    cdef int l
+    for l in range(a.per_step):
+        if a.rows == 0:
+            return
+        fn_prefetch_l2(a.row + a.col)
+        a.col = a.col + 64
+        if a.col >= a.width:
+            a.col = 0
+            a.row = a.row + a.rs
+            a.rows = a.rows - 1
+
+
+cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t nrows,
+                               Py_ssize_t k0, const double* pivot, double* mean, double* m2,
+                               Ahead* ahead, in_t* ki) noexcept nogil:
+    """Welford over nrows rows (rs bytes apart) of FN_NVC vectors of columns,
+    continuing from k0 rows already in mean/m2.  The accumulators live in
+    registers for the whole sweep, so each value costs its load and four
+    vector operations.  Each row also moves the prefetch cursor on."""
+    cdef fn_vd mu[FN_NVC]
+    cdef fn_vd q[FN_NVC]
+    cdef fn_vd piv[FN_NVC]
+    cdef fn_vd r
+    cdef const char* row
+    cdef Py_ssize_t k
+    cdef Ahead a = ahead[0]       # a local: its fields stay in registers
+    cdef int v
+    for v in range(FN_NVC):
+        mu[v] = fn_load_f64(mean + v * FN_W)
+        q[v] = fn_load_f64(m2 + v * FN_W)
+        piv[v] = fn_load_f64(pivot + v * FN_W)
+    for k in range(nrows):
+        row = x + k * rs
+        ahead_step(&a)
+        r = fn_set1(1.0 / <double>(k0 + k + 1))
+        for v in range(FN_NVC):
+            welford_step(shifted(vload(row + v * FN_W * sx, sx, ki), piv[v], ki), r,
+                         &mu[v], &q[v])
+    for v in range(FN_NVC):
+        fn_store_f64(mean + v * FN_W, mu[v])
+        fn_store_f64(m2 + v * FN_W, q[v])
+    ahead[0] = a
+
+
+cdef inline void vector_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t nrows,
+                                Py_ssize_t k0, const double* pivot, double* mean, double* m2,
+                                in_t* ki) noexcept nogil:
+    """The same for one vector of columns (what the strips leave)."""
+    cdef fn_vd mu = fn_load_f64(mean), q = fn_load_f64(m2), piv = fn_load_f64(pivot)
+    cdef Py_ssize_t k
+    for k in range(nrows):
+        welford_step(shifted(vload(x + k * rs, sx, ki), piv, ki),
+                     fn_set1(1.0 / <double>(k0 + k + 1)), &mu, &q)
+    fn_store_f64(mean, mu)
+    fn_store_f64(m2, q)
+
+
+cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, Py_ssize_t rs,
+                            Py_ssize_t nrows, Py_ssize_t k0, Py_ssize_t next_rows,
+                            double* mean, double* m2, in_t* ki) noexcept nogil:
+    """Rows k0 .. k0 + nrows of an item, rs bytes apart from x on: strips of
+    FN_NVC vectors of columns, one sweep down the rows each; then single
+    vectors; then scalar columns.  The rows are few enough to stay in L2
+    between the strips, so only the first strip reads memory, and that
+    read was prefetched by the sweep before, as this one prefetches the
+    next_rows rows after its own."""
+    cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X], c = 0, k
+    cdef Py_ssize_t strip = FN_NVC * FN_W
+    cdef Ahead ahead
+    cdef double y, d, rk
+    ahead.row = x + nrows * rs
+    ahead.col = 0
+    ahead.width = t.width * sx
+    ahead.rs = rs
+    ahead.rows = next_rows
+    # Lines per row of a strip that cover the next sweep by the last strip.
+    ahead.per_step = <int>((ahead.width + 63) // 64 // max(<Py_ssize_t>1, t.width // strip) + 1)
+    if sx != sizeof(in_t) or nrows < next_rows:
+        ahead.rows = 0
+    while c + strip <= t.width:
+        if sx == sizeof(in_t):
+            strip_welford(x + c * sx, rs, sizeof(in_t), nrows, k0, t.pivot + c,
+                          mean + c, m2 + c, &ahead, ki)
+        else:
+            strip_welford(x + c * sx, rs, sx, nrows, k0, t.pivot + c,
+                          mean + c, m2 + c, &ahead, ki)
+        c = c + strip
+    while c + FN_W <= t.width:
+        vector_welford(x + c * sx, rs, sx, nrows, k0, t.pivot + c, mean + c, m2 + c, ki)
+        c = c + FN_W
+    while c < t.width:
+        for k in range(nrows):
+            rk = 1.0 / <double>(k0 + k + 1)
+            y = sload(x + k * rs + c * sx, ki) - t.pivot[c]
+            d = y - mean[c]
+            mean[c] = mean[c] + d * rk
+            m2[c] = m2[c] + d * (y - mean[c])
+        c = c + 1
+
+
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
-    """Welford over the rows of one block, for every column of one tile: the
-    rows stream by in order, the tile's accumulators stay in L1."""
+    """Welford over the rows of one block, for every column of one tile, in
+    pieces of at most p.rows_per_sweep rows (see column_rows_stats).  With one
+    reduced axis the rows are equally spaced and each piece prefetches the
+    next; otherwise each row is its own piece."""
     cdef Tile t
-    cdef Odometer row, ahead
+    cdef Odometer row, ahead_row
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
     cdef Py_ssize_t r0 = blk * p.rows_per_block
-    cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, c
-    cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X]
+    cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, n, c, ahead
+    cdef Py_ssize_t rs = p.L.red[p.L.n_red - 1].stride[OP_X]
     cdef double* mean = p.state + item * STATE_STRIDE
     cdef double* m2 = mean + COL_TILE + PAD
-    cdef const double* pivot
     cdef const char* xp
-    cdef fn_vd r, mu, v, dv
-    cdef double y, d, rs
     tile_of(p, group, &t)
-    pivot = t.pivot
     for c in range(t.width):
         mean[c] = 0.0
         m2[c] = 0.0
     odo_init(&row, p.L.red, p.L.n_red, r0)
-    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
+    xp = col_ptr(p, &t, &row, OP_X)
+    if p.L.n_red == 1:
+        k = 0
+        while k < nr:
+            n = min(p.rows_per_sweep, nr - k)
+            # The next piece: within this block, or the start of the next one.
+            ahead = min(p.rows_per_sweep, p.n_rows - (r0 + k + n))
+            column_rows_stats(p, &t, xp + k * rs, rs, n, k, ahead, mean, m2, ki)
+            k = k + n
+        return
+    odo_init(&ahead_row, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     for k in range(nr):
-        xp = col_ptr(p, &t, &row, OP_X)
         if p.prefetch:
-            prefetch_segment(col_ptr(p, &t, &ahead, OP_X), t.width * sx)
-            odo_next(&ahead, p.L.red, p.L.n_red)
-        rs = 1.0 / <double>(k + 1)
-        r = fn_set1(rs)
-        c = 0
-        while c + FN_W <= t.width:
-            v = shifted(vload(xp + c * sx, sx, ki), fn_load_f64(pivot + c), ki)
-            mu = fn_load_f64(mean + c)
-            dv = fn_sub(v, mu)
-            mu = fn_fma(dv, r, mu)
-            fn_store_f64(mean + c, mu)
-            fn_store_f64(m2 + c, fn_fma(dv, fn_sub(v, mu), fn_load_f64(m2 + c)))
-            c = c + FN_W
-        while c < t.width:
-            y = sload(xp + c * sx, ki) - pivot[c]
-            d = y - mean[c]
-            mean[c] = mean[c] + d * rs
-            m2[c] = m2[c] + d * (y - mean[c])
-            c = c + 1
+            prefetch_segment(col_ptr(p, &t, &ahead_row, OP_X),
+                             t.width * p.L.kept[p.L.n_kept - 1].stride[OP_X])
+            odo_next(&ahead_row, p.L.red, p.L.n_red)
+        column_rows_stats(p, &t, col_ptr(p, &t, &row, OP_X), 0, 1, k, 0, mean, m2, ki)
         odo_next(&row, p.L.red, p.L.n_red)
 
 
@@ -663,29 +804,32 @@ cdef inline void column_scalar(const in_t* x, out_t* y, const Param* g, const Pa
            * t.scale[c] * g.p[c * g.inc] + b.p[c * b.inc], ko)
 
 
-cdef bint columns_f32(const ColumnPlan* p, const Tile* t, Py_ssize_t r0,
-                      Py_ssize_t nr) noexcept nogil:
-    """Rows r0 .. r0 + nr of a tile in float32 arithmetic
-    (fn_normalize_cols_f32); false, with nothing written, if a column's
-    coefficients do not fit float32 with room to spare."""
-    cdef float m32[COL_TILE]
-    cdef float s32[COL_TILE]
-    cdef float e32[COL_TILE]
+cdef void column_coef32(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
+    """The float32 form of one tile's coefficients (fn_normalize_cols_f32):
+    each column's mean rounded to float, its scale, and the rest of the
+    rounding times the scale; with gain and bias folded in when p.fold.
+    ok32[group] is false if a column's coefficients do not fit float32 with
+    room to spare (that tile then takes the float64 pass)."""
+    cdef Tile t
+    cdef Odometer row
     cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
-    cdef Odometer row, ahead
+    cdef float* m32 = p.coef32 + group * COEF_STRIDE
+    cdef float* s32 = m32 + COL_TILE + PAD
+    cdef float* e32 = s32 + COL_TILE + PAD
     cdef const char* gp
     cdef const char* bp
     cdef double mean, sc, e, gc, bc
-    cdef float g = 1.0, b = 0.0
-    cdef Py_ssize_t c, k
-    odo_init(&row, p.L.red, p.L.n_red, r0)
-    gp = col_ptr(p, t, &row, OP_G)
-    bp = col_ptr(p, t, &row, OP_B)
+    cdef Py_ssize_t c
+    tile_of(p, group, &t)
+    odo_init(&row, p.L.red, p.L.n_red, 0)
+    gp = col_ptr(p, &t, &row, OP_G)
+    bp = col_ptr(p, &t, &row, OP_B)
+    p.ok32[group] = False
     for c in range(t.width):
         mean = t.pivot[c] + t.shift[c]
         sc = t.scale[c]
         if not (fabs(mean) < 1e30 and 1e-30 < sc < 1e30):
-            return False
+            return
         m32[c] = <float>mean
         e = (mean - <double>m32[c]) * sc
         if p.fold:
@@ -694,22 +838,10 @@ cdef bint columns_f32(const ColumnPlan* p, const Tile* t, Py_ssize_t r0,
             sc = sc * gc
             e = e * gc - bc
             if not (fabs(sc) < 1e30 and fabs(e) < 1e30):  # a zero gain is fine
-                return False
+                return
         s32[c] = <float>sc
         e32[c] = <float>e
-    odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
-    for k in range(nr):
-        if p.prefetch:
-            prefetch_segment(col_ptr(p, t, &ahead, OP_X), t.width * sizeof(float))
-            odo_next(&ahead, p.L.red, p.L.n_red)
-        if not p.fold:
-            g = <float>(<const double*>col_ptr(p, t, &row, OP_G))[0]
-            b = <float>(<const double*>col_ptr(p, t, &row, OP_B))[0]
-        fn_normalize_cols_f32(<const float*>col_ptr(p, t, &row, OP_X),
-                              <float*>col_ptr(p, t, &row, OP_Y),
-                              m32, s32, e32, t.width, g, b, p.L.stream)
-        odo_next(&row, p.L.red, p.L.n_red)
-    return True
+    p.ok32[group] = True
 
 
 cdef void plan_columns_f32(ColumnPlan* p, bint has_y) noexcept nogil:
@@ -727,47 +859,64 @@ cdef void plan_columns_f32(ColumnPlan* p, bint has_y) noexcept nogil:
              and (p.fold or (vec.stride[OP_G] == 0 and vec.stride[OP_B] == 0)))
 
 
-cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
+cdef inline void column_segment(const ColumnPlan* p, const Tile* t, const Odometer* row,
+                                Py_ssize_t group, in_t* ki, out_t* ko) noexcept nogil:
+    """The output of one row of one tile."""
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    cdef Py_ssize_t sx = vec.stride[OP_X], sy = vec.stride[OP_Y]
+    cdef Py_ssize_t sg = vec.stride[OP_G], sb = vec.stride[OP_B], c
+    cdef const char* xp = col_ptr(p, t, row, OP_X)
+    cdef char* yp = <char*>col_ptr(p, t, row, OP_Y)
+    cdef const char* gp = col_ptr(p, t, row, OP_G)
+    cdef const char* bp = col_ptr(p, t, row, OP_B)
+    cdef const float* m32
+    cdef float g = 1.0, b = 0.0
+    cdef Param gv, bv
+    cdef double ts
+    if in_t is float and out_t is float:
+        if p.f32 and p.ok32[group]:
+            m32 = p.coef32 + group * COEF_STRIDE
+            if not p.fold:
+                g = <float>(<const double*>gp)[0]
+                b = <float>(<const double*>bp)[0]
+            fn_normalize_cols_f32(<const float*>xp, <float*>yp, m32, m32 + COL_TILE + PAD,
+                                  m32 + 2 * (COL_TILE + PAD), t.width, g, b, p.L.stream)
+            return
+    if (sx == sizeof(in_t) and sy == sizeof(out_t)
+            and param_init(&gv, gp, sg) and param_init(&bv, bp, sb)):
+        if p.L.stream:
+            normalize_columns(xp, yp, &gv, &bv, t, True, ki, ko)
+        else:
+            normalize_columns(xp, yp, &gv, &bv, t, False, ki, ko)
+        return
+    for c in range(t.width):
+        ts = ((sload(xp + c * sx, ki) - t.pivot[c]) - t.shift[c]) * t.scale[c]
+        sstore(yp + c * sy, ts * (<const double*>(gp + c * sg))[0]
+               + (<const double*>(bp + c * sb))[0], ko)
+
+
+cdef void column_rows_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
+                                out_t* ko) noexcept nogil:
+    """The output of a block of rows of one outer index, row by row and each
+    row tile by tile: memory is read and written in address order (a tile
+    at a time, rows would be pieces far apart)."""
     cdef Tile t
     cdef Odometer row, ahead
-    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
-    cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
-    cdef Py_ssize_t r0 = blk * p.rows_per_block
-    cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, c
-    cdef Py_ssize_t sx = vec.stride[OP_X], sy = vec.stride[OP_Y]
-    cdef Py_ssize_t sg = vec.stride[OP_G], sb = vec.stride[OP_B]
-    cdef const char* xp
-    cdef char* yp
-    cdef const char* gp
-    cdef const char* bp
-    cdef Param g, b
-    cdef double ts
-    tile_of(p, group, &t)
-    if in_t is float and out_t is float:
-        if p.f32 and columns_f32(p, &t, r0, nr):
-            fn_sfence()
-            return
+    cdef Py_ssize_t outer = item // p.n_out_blocks
+    cdef Py_ssize_t r0 = (item % p.n_out_blocks) * p.rows_per_out
+    cdef Py_ssize_t nr = min(p.rows_per_out, p.n_rows - r0), k, j
+    cdef Py_ssize_t row_bytes = p.n_cols * p.L.kept[p.L.n_kept - 1].stride[OP_X]
     odo_init(&row, p.L.red, p.L.n_red, r0)
     odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
+    tile_of(p, outer * p.n_tiles, &t)
     for k in range(nr):
-        xp = col_ptr(p, &t, &row, OP_X)
         if p.prefetch:
-            prefetch_segment(col_ptr(p, &t, &ahead, OP_X), t.width * sx)
+            prefetch_segment(p.L.base[OP_X] + t.outer.off[OP_X] + ahead.off[OP_X], row_bytes)
             odo_next(&ahead, p.L.red, p.L.n_red)
-        yp = <char*>col_ptr(p, &t, &row, OP_Y)
-        gp = col_ptr(p, &t, &row, OP_G)
-        bp = col_ptr(p, &t, &row, OP_B)
-        if (sx == sizeof(in_t) and sy == sizeof(out_t)
-                and param_init(&g, gp, sg) and param_init(&b, bp, sb)):
-            if p.L.stream:
-                normalize_columns(xp, yp, &g, &b, &t, True, ki, ko)
-            else:
-                normalize_columns(xp, yp, &g, &b, &t, False, ki, ko)
-        else:
-            for c in range(t.width):
-                ts = ((sload(xp + c * sx, ki) - t.pivot[c]) - t.shift[c]) * t.scale[c]
-                sstore(yp + c * sy, ts * (<const double*>(gp + c * sg))[0]
-                       + (<const double*>(bp + c * sb))[0], ko)
+        for j in range(p.n_tiles):
+            if p.n_tiles > 1:
+                tile_move(p, &t, j)
+            column_segment(p, &t, &row, outer * p.n_tiles + j, ki, ko)
         odo_next(&row, p.L.red, p.L.n_red)
     fn_sfence()
 
@@ -775,7 +924,7 @@ cdef void column_block_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
 cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
                         in_t* ki, out_t* ko) noexcept nogil:
     cdef ColumnPlan p
-    cdef Py_ssize_t i, n_items, cap
+    cdef Py_ssize_t i, n_items, n_out_items, cap
     p.L = L
     p.mode = mode
     p.eps = eps
@@ -788,27 +937,40 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     # function of the shape only.
     cap = max(<Py_ssize_t>1, MAX_COL_ITEMS // p.n_groups)
     p.n_blocks = min(cap, max(<Py_ssize_t>1, p.n_rows // ROW_BLOCK_MIN))
-    if mode == MODE_GIVEN:
-        p.n_blocks = max(<Py_ssize_t>1, min(p.n_rows, MAX_COL_ITEMS // p.n_groups))
     p.rows_per_block = (p.n_rows + p.n_blocks - 1) // p.n_blocks
     p.n_blocks = (p.n_rows + p.rows_per_block - 1) // p.rows_per_block
+    p.rows_per_sweep = max(<Py_ssize_t>8,
+                           SWEEP_BYTES // (min(<Py_ssize_t>COL_TILE, p.n_cols) * sizeof(in_t)))
     n_items = p.n_groups * p.n_blocks
-    # Hardware prefetchers follow rows that follow each other in memory; a
-    # tile that is a piece of each row needs software prefetch instead.
-    p.prefetch = not (p.n_tiles == 1 and L.n_red >= 1
-                      and L.red[L.n_red - 1].stride[OP_X] == p.n_cols * L.kept[L.n_kept - 1].stride[OP_X])
+    p.n_out_blocks = max(<Py_ssize_t>1, min(p.n_rows, MAX_COL_ITEMS // p.n_outer))
+    p.rows_per_out = (p.n_rows + p.n_out_blocks - 1) // p.n_out_blocks
+    p.n_out_blocks = (p.n_rows + p.rows_per_out - 1) // p.rows_per_out
+    n_out_items = p.n_outer * p.n_out_blocks
+    # Hardware prefetchers follow rows that follow each other in memory;
+    # rows apart need software prefetch (short ones: a long row trains the
+    # hardware by itself).
+    p.prefetch = (not (L.n_red >= 1 and L.red[L.n_red - 1].stride[OP_X]
+                       == p.n_cols * L.kept[L.n_kept - 1].stride[OP_X])
+                  and p.n_cols * L.kept[L.n_kept - 1].stride[OP_X] <= PREFETCH_ROW_MAX)
     p.state = NULL
+    p.coef32 = NULL
+    p.ok32 = NULL
     p.f32 = False
     if in_t is float and out_t is float:
         plan_columns_f32(&p, has_y)
     p.coef = <double*>malloc(p.n_groups * COEF_STRIDE * sizeof(double))
-    if p.coef == NULL:
-        return -1
-    if mode != MODE_GIVEN:
+    if p.state == NULL and mode != MODE_GIVEN:
         p.state = <double*>malloc(n_items * STATE_STRIDE * sizeof(double))
-        if p.state == NULL:
-            free(p.coef)
-            return -1
+    if p.f32:
+        p.coef32 = <float*>malloc(p.n_groups * COEF_STRIDE * sizeof(float))
+        p.ok32 = <char*>malloc(p.n_groups)
+    if (p.coef == NULL or (mode != MODE_GIVEN and p.state == NULL)
+            or (p.f32 and (p.coef32 == NULL or p.ok32 == NULL))):
+        free(p.coef)
+        free(p.state)
+        free(p.coef32)
+        free(p.ok32)
+        return -1
     if nthreads > 1:
         if mode != MODE_GIVEN:
             for i in prange(p.n_groups, num_threads=nthreads, schedule="guided"):
@@ -817,9 +979,11 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
                 column_block_stats(&p, i, ki)
         for i in prange(p.n_groups, num_threads=nthreads, schedule="guided"):
             column_finish(&p, i)
+            if p.f32:
+                column_coef32(&p, i)
         if has_y:
-            for i in prange(n_items, num_threads=nthreads, schedule="guided"):
-                column_block_normalize(&p, i, ki, ko)
+            for i in prange(n_out_items, num_threads=nthreads, schedule="guided"):
+                column_rows_normalize(&p, i, ki, ko)
     else:
         if mode != MODE_GIVEN:
             for i in range(p.n_groups):
@@ -828,11 +992,15 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
                 column_block_stats(&p, i, ki)
         for i in range(p.n_groups):
             column_finish(&p, i)
+            if p.f32:
+                column_coef32(&p, i)
         if has_y:
-            for i in range(n_items):
-                column_block_normalize(&p, i, ki, ko)
+            for i in range(n_out_items):
+                column_rows_normalize(&p, i, ki, ko)
     free(p.state)
     free(p.coef)
+    free(p.coef32)
+    free(p.ok32)
     return 0
 
 

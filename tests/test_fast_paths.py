@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastnorm
-from reference import assert_close, ref_layer_norm, ref_rms_norm
+from reference import assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm
 
 F32 = np.float32
 
@@ -189,3 +189,76 @@ def test_columns_float32_pass_hands_extreme_tiles_to_float64():
     assert np.all(np.isfinite(y))
     ref = _bn_ref(x, (0,), 1.0, 0.0)
     assert_close(y, ref, _bar(ref), "extreme column")
+
+
+# ---------------------------------------------------------------------------
+# COLUMNS statistics: strips of columns swept down the rows with their
+# Welford accumulators in registers (strips, then single vectors, then
+# scalar columns), rows in sweeps that prefetch the next one; outputs
+# written whole row by whole row across the tiles.
+
+@pytest.mark.parametrize("dtype", [np.float16, F32, np.float64])
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 31, 32, 33, 47, 71, 1030])
+def test_columns_strip_statistics_widths_and_sweeps(dtype, width):
+    # Every strip/vector/scalar split of the columns; rows enough for
+    # several sweeps (a sweep holds about 128 KiB of rows), so the prefetch
+    # cursor runs over sweep and block boundaries.  float64 data sits at an
+    # offset, which the per-column pivots of the strips must take out.
+    rows = max(64, (3 << 17) // (width * np.dtype(dtype).itemsize) + 5)
+    offset = 1e9 if dtype == np.float64 else 0.0
+    x = _x((rows, width), 0.0).astype(dtype) + dtype(offset)
+    mean, var = fastnorm.mean_var(x, axis=0)
+    rm, rv, spread = ref_mean_var(x, (0,))
+    # float64 accumulation, then one rounding to the data's dtype.
+    rounding = np.finfo(dtype).eps
+    tol = 64 * np.finfo(np.float64).eps * (np.abs(rm) + spread) + rounding * np.abs(rm)
+    assert_close(mean, rm.reshape(-1), tol.reshape(-1), f"mean {dtype} {width}")
+    tol = 1e-12 * spread * spread + rounding * rv
+    assert_close(var, rv.reshape(-1), tol.reshape(-1), f"var {dtype} {width}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_columns_strip_statistics_strided_columns(threads):
+    # Columns not contiguous (every other one): strips gather, no prefetch.
+    base = _x((3000, 2 * 45), 1.0).astype(np.float64)
+    x = base[:, ::2]
+    fastnorm.set_num_threads(threads)
+    try:
+        mean, var = fastnorm.mean_var(x, axis=0)
+    finally:
+        fastnorm.set_num_threads(None)
+    rm, rv, spread = ref_mean_var(x, (0,))
+    assert_close(mean, rm.reshape(-1), 1e-13 * (np.abs(rm) + spread).reshape(-1), "mean")
+    assert_close(var, rv.reshape(-1), 1e-12 * (spread * spread).reshape(-1), "var")
+
+
+def test_columns_strip_statistics_rows_apart():
+    # Reduced axes that do not merge into one (a strided middle axis): each
+    # row is its own sweep, the next rows prefetched.
+    base = _x((40, 30, 3, 70), 5.0)
+    x = base[:, :, 1, :]
+    y = fastnorm.batch_norm(x, axis=(0, 1))
+    ref = _bn_ref(x, (0, 1), 1.0, 0.0)
+    assert_close(y, ref, _bar(ref), "rows apart")
+
+
+def test_columns_output_rows_across_tiles_one_handed_back():
+    # Three tiles of columns written row by row; the middle tile holds an
+    # extreme column and goes the float64 way, the others the float32 way.
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((96, 2100)).astype(F32)
+    x[:, 1500] = np.where(np.arange(96) % 16 == 0, -3e38, 3e38)
+    g = rng.uniform(0.5, 2.0, 2100)
+    y = fastnorm.batch_norm(x, g, axis=0)
+    assert np.all(np.isfinite(y))
+    ref = _bn_ref(x, (0,), g, 0.0)
+    assert_close(y, ref, _bar(ref), "tiles across a row")
+
+
+def test_columns_output_short_rows_apart_prefetched():
+    # Rows that are pieces of longer rows: the output pass prefetches ahead.
+    base = _x((700, 1500), -2.0)
+    x = base[:, :1000]
+    y = fastnorm.layer_norm(x, axis=0)
+    ref = ref_layer_norm(x, (0,))[0]
+    assert_close(y, ref, _bar(ref), "rows apart")
