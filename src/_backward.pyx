@@ -27,6 +27,7 @@ cimport numpy as cnp
 
 from _simd cimport *
 from _layout cimport *
+from _sweep cimport *
 
 cnp.import_array()
 
@@ -51,6 +52,8 @@ cdef enum:
     PAD = 8                         # doubles between side-by-side buffers
     PAGE = 512                      # doubles in 4 KiB
     HALF_PAGE = 256
+    SWEEP_BYTES = 128 << 10         # rows x tile bytes of x and dy per sweep
+                                    # (see _sweep.pxd)
     ROWS = 4                        # slices whose parameter sums share one
                                     # pass over the partial buffers
 
@@ -578,15 +581,91 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
             odo_next(&row, L.red, L.n_red)
 
 
+cdef inline void strip_sums(const char* x, const char* dy, Py_ssize_t rs_x, Py_ssize_t rs_dy,
+                            Py_ssize_t nrows, const double* m, const double* r,
+                            double* s1, double* s2, Ahead* ahead_x, Ahead* ahead_dy,
+                            in_t* ki) noexcept nogil:
+    """sum(dy) and sum(dy * xhat) over nrows rows of FN_NVC contiguous
+    vectors of columns, added to s1 and s2; the sums live in registers for
+    the whole sweep (xhat's rstd is applied once, at the end)."""
+    cdef fn_vd a1[FN_NVC]
+    cdef fn_vd a2[FN_NVC]
+    cdef fn_vd mv[FN_NVC]
+    cdef fn_vd D
+    cdef Ahead px = ahead_x[0], pd = ahead_dy[0]   # locals: kept in registers
+    cdef Py_ssize_t k
+    cdef int v
+    for v in range(FN_NVC):
+        a1[v] = fn_zero()
+        a2[v] = fn_zero()
+        mv[v] = fn_load_f64(m + v * FN_W)
+    for k in range(nrows):
+        ahead_step(&px)
+        ahead_step(&pd)
+        for v in range(FN_NVC):
+            D = vload(dy + k * rs_dy + v * FN_W * sizeof(in_t), sizeof(in_t), ki)
+            a1[v] = fn_add(a1[v], D)
+            a2[v] = fn_fma(D, fn_sub(vload(x + k * rs_x + v * FN_W * sizeof(in_t),
+                                           sizeof(in_t), ki), mv[v]), a2[v])
+    for v in range(FN_NVC):
+        fn_store_f64(s1 + v * FN_W, fn_add(fn_load_f64(s1 + v * FN_W), a1[v]))
+        fn_store_f64(s2 + v * FN_W, fn_fma(a2[v], fn_load_f64(r + v * FN_W),
+                                           fn_load_f64(s2 + v * FN_W)))
+    ahead_x[0] = px
+    ahead_dy[0] = pd
+
+
+cdef Py_ssize_t cols_sweeps(const Grad* g, Py_ssize_t r0, Py_ssize_t nr, const Cols* t,
+                            double* s1, double* s2, in_t* ki) noexcept nogil:
+    """Pass 1 of a block for the whole strips of a tile, when its rows are
+    pieces equally spaced (one reduced axis) and its columns contiguous:
+    sweeps of rows that fit L2, each prefetching the next.  Returns the
+    columns done."""
+    cdef const Layout* L = g.L
+    cdef const Axis* vec = &L.kept[L.n_kept - 1]
+    cdef Py_ssize_t strip = FN_NVC * FN_W, strips = t.width // strip
+    cdef Py_ssize_t rs_x = L.red[0].stride[OP_X], rs_dy = L.red[0].stride[OP_DY]
+    cdef Py_ssize_t per_sweep, k, n, nxt, c
+    cdef const char* x
+    cdef const char* dy
+    cdef Ahead ax, ady
+    if (L.n_red != 1 or strips == 0 or vec.stride[OP_X] != sizeof(in_t)
+            or vec.stride[OP_DY] != sizeof(in_t)):
+        return 0
+    # Rows that follow each other in memory stream faster row by row (the
+    # hardware prefetchers see one stream, and the sums are cheap enough).
+    if rs_x == t.width * <Py_ssize_t>sizeof(in_t) and rs_dy == rs_x:
+        return 0
+    x = L.base[OP_X] + t.outer.off[OP_X] + r0 * rs_x + t.c0 * sizeof(in_t)
+    dy = L.base[OP_DY] + t.outer.off[OP_DY] + r0 * rs_dy + t.c0 * sizeof(in_t)
+    per_sweep = max(<Py_ssize_t>8, SWEEP_BYTES // (2 * t.width * <Py_ssize_t>sizeof(in_t)))
+    k = 0
+    while k < nr:
+        n = min(per_sweep, nr - k)
+        nxt = min(per_sweep, L.slice_len - (r0 + k + n))
+        if n < nxt:
+            nxt = 0
+        ahead_init(&ax, x + (k + n) * rs_x, t.width * sizeof(in_t), rs_x, nxt, strips)
+        ahead_init(&ady, dy + (k + n) * rs_dy, t.width * sizeof(in_t), rs_dy, nxt, strips)
+        c = 0
+        while c < strips * strip:
+            strip_sums(x + k * rs_x + c * sizeof(in_t), dy + k * rs_dy + c * sizeof(in_t),
+                       rs_x, rs_dy, n, t.m + c, t.r + c, s1 + c, s2 + c, &ax, &ady, ki)
+            c = c + strip
+        k = k + n
+    return strips * strip
+
+
 cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
     """Pass 1 when gamma has one entry per column (batch norm): per column
     sum(dy) and sum(dy * xhat), the parameter gradients themselves; A and B
-    are gamma times them."""
+    are gamma times them.  Whole strips of columns go by sweeps
+    (cols_sweeps), the rest row by row."""
     cdef const Layout* L = g.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
     cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
     cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY]
-    cdef Py_ssize_t grp, k, c
+    cdef Py_ssize_t grp, k, c, swept
     cdef double* s1
     cdef double* s2
     cdef Cols t
@@ -598,10 +677,13 @@ cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept 
     for grp in range(g.n_groups):
         s1 = start_group(g, blk, grp, &t, &row)
         s2 = s1 + g.sstride
+        swept = cols_sweeps(g, r0, nr, &t, s1, s2, ki)
+        if swept == t.width:
+            continue
         for k in range(nr):
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
-            c = 0
+            c = swept
             if sx == sizeof(in_t) and sdy == sizeof(in_t):
                 while c + FN_W <= t.width:
                     D = vload(dyp + c * sdy, sdy, ki)

@@ -22,6 +22,7 @@ cimport numpy as cnp
 from _simd cimport *
 from _moments cimport *
 from _layout cimport *
+from _sweep cimport *
 
 cnp.import_array()
 
@@ -568,31 +569,6 @@ cdef inline void welford_step(fn_vd y, fn_vd r, fn_vd* mean, fn_vd* m2) noexcept
     m2[0] = fn_fma(d, fn_sub(y, mean[0]), m2[0])
 
 
-cdef struct Ahead:
-    # A cursor over the next sweep's rows, prefetched into L2 line by line
-    # in address order (DRAM and the hardware prefetchers like it best) while
-    # the current sweep runs.
-    const char* row           # the row being prefetched
-    Py_ssize_t col            # the next line's byte offset in it
-    Py_ssize_t width          # bytes to prefetch per row
-    Py_ssize_t rs             # bytes from row to row
-    Py_ssize_t rows           # rows left
-    int per_step              # lines per row of the current sweep
-
-
-cdef inline void ahead_step(Ahead* a) noexcept nogil:
-    cdef int l
-    for l in range(a.per_step):
-        if a.rows == 0:
-            return
-        fn_prefetch_l2(a.row + a.col)
-        a.col = a.col + 64
-        if a.col >= a.width:
-            a.col = 0
-            a.row = a.row + a.rs
-            a.rows = a.rows - 1
-
-
 cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t nrows,
                                Py_ssize_t k0, const double* pivot, double* mean, double* m2,
                                Ahead* ahead, in_t* ki) noexcept nogil:
@@ -651,15 +627,9 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
     cdef Py_ssize_t strip = FN_NVC * FN_W
     cdef Ahead ahead
     cdef double y, d, rk
-    ahead.row = x + nrows * rs
-    ahead.col = 0
-    ahead.width = t.width * sx
-    ahead.rs = rs
-    ahead.rows = next_rows
-    # Lines per row of a strip that cover the next sweep by the last strip.
-    ahead.per_step = <int>((ahead.width + 63) // 64 // max(<Py_ssize_t>1, t.width // strip) + 1)
-    if sx != sizeof(in_t) or nrows < next_rows:
-        ahead.rows = 0
+    ahead_init(&ahead, x + nrows * rs, t.width * sx, rs,
+               next_rows if sx == sizeof(in_t) and nrows >= next_rows else 0,
+               t.width // strip)
     while c + strip <= t.width:
         if sx == sizeof(in_t):
             strip_welford(x + c * sx, rs, sizeof(in_t), nrows, k0, t.pivot + c,

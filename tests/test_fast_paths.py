@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastnorm
-from reference import assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm
+from reference import assert_close, ref_layer_norm, ref_mean_var, ref_norm_grads, ref_rms_norm
 
 F32 = np.float32
 
@@ -262,3 +262,33 @@ def test_columns_output_short_rows_apart_prefetched():
     y = fastnorm.layer_norm(x, axis=0)
     ref = ref_layer_norm(x, (0,))[0]
     assert_close(y, ref, _bar(ref), "rows apart")
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+@pytest.mark.parametrize("case", ["tiles", "rows-apart"])
+def test_columns_backward_sweeps(dtype, case):
+    # batch_norm's gradient over (N, C) when each tile of columns is a piece
+    # of its rows (several tiles, or rows of a wider array): pass 1 goes by
+    # sweeps of strips, rows enough for several sweeps and blocks; the
+    # columns that make no whole strip go row by row.
+    rng = np.random.default_rng(13)
+    if case == "tiles":
+        base = rng.standard_normal((700, 1030))
+        x = base.astype(dtype)
+    else:
+        base = rng.standard_normal((3000, 100))
+        x = base.astype(dtype)[:, :70]
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    g = rng.uniform(0.5, 2.0, x.shape[1])
+    xd = x.astype(np.float64)
+    mean = xd.mean(axis=0)
+    rstd = 1 / np.sqrt(xd.var(axis=0) + 1e-5)
+    dx, dgamma, dbeta = fastnorm.batch_norm_backward(dy, x, mean, rstd, g, axis=0)
+    ref = ref_norm_grads(dy, x, (0,), (1,), g.reshape(1, -1), "center",
+                         stats=(mean.reshape(1, -1), rstd.reshape(1, -1)))
+    rounding = np.finfo(dtype).eps
+    assert_close(dx, ref["dx"], 4 * rounding * ref["dx_scale"], f"dx {case}")
+    assert_close(dgamma, ref["dgamma"].reshape(-1), 1e-12 * ref["dgamma_scale"].reshape(-1),
+                 f"dgamma {case}")
+    assert_close(dbeta, ref["dbeta"].reshape(-1), 1e-12 * ref["dbeta_scale"].reshape(-1),
+                 f"dbeta {case}")

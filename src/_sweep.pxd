@@ -1,0 +1,46 @@
+# Sweeps of the COLUMNS pattern: a block of rows is read a strip of columns
+# at a time, each strip swept down the rows with its accumulators in
+# registers.  Only the first strip reads memory; the rows stay in L2 for the
+# others.  Meanwhile a cursor prefetches the next sweep's rows into L2, line
+# by line in address order (DRAM and the hardware prefetchers like it
+# best), spread evenly over the strips.
+
+from _simd cimport fn_prefetch_l2
+
+
+cdef struct Ahead:
+    # Where the prefetch of the next sweep stands.
+    const char* row           # the row being prefetched
+    Py_ssize_t col            # the next line's byte offset in it
+    Py_ssize_t width          # bytes to prefetch per row
+    Py_ssize_t rs             # bytes from row to row
+    Py_ssize_t rows           # rows left
+    int per_step              # lines per row of the current sweep
+
+
+cdef inline void ahead_step(Ahead* a) noexcept nogil:
+    """Prefetch the next per_step lines (none once the rows are done)."""
+    cdef int l
+    for l in range(a.per_step):
+        if a.rows == 0:
+            return
+        fn_prefetch_l2(a.row + a.col)
+        a.col = a.col + 64
+        if a.col >= a.width:
+            a.col = 0
+            a.row = a.row + a.rs
+            a.rows = a.rows - 1
+
+
+cdef inline void ahead_init(Ahead* a, const char* first, Py_ssize_t width, Py_ssize_t rs,
+                            Py_ssize_t rows, Py_ssize_t strips) noexcept nogil:
+    """A cursor over `rows` rows of `width` bytes, rs bytes apart, from
+    `first` on, to be stepped once per row of each of `strips` strips."""
+    a.row = first
+    a.col = 0
+    a.width = width
+    a.rs = rs
+    a.rows = rows
+    # Lines per step that cover the next sweep by the last strip.
+    strips = max(<Py_ssize_t>1, strips)
+    a.per_step = <int>(((width + 63) // 64 + strips - 1) // strips)
