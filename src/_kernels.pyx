@@ -45,6 +45,10 @@ cdef enum:
     PAD = 8
     STATE_STRIDE = 2 * (COL_TILE + PAD)     # doubles per item: mean, m2
     COEF_STRIDE = 3 * (COL_TILE + PAD)      # doubles per group: pivot, shift, scale
+    # float32 coefficients per group: mean, scale, rest, each with room to
+    # continue periodically for a vector (fn_normalize_periodic_f32).
+    WRAP = 32
+    COEF32_STRIDE = 3 * (COL_TILE + WRAP)
     # Rows per block of the COLUMNS pattern are at least this many...
     ROW_BLOCK_MIN = 64
     # ...and blocks times tiles at most this many (bounds the scratch memory).
@@ -502,8 +506,10 @@ cdef struct ColumnPlan:
     bint fold                 # ...with gain and bias folded into the column
                               # coefficients (they are the same for every row)
     float* coef32             # per group: mean, scale, rest in float32
-                              # (COEF_STRIDE floats; see column_coef32)...
+                              # (COEF32_STRIDE floats; see column_coef32)...
     char* ok32                # ...and whether float32 holds them
+    bint periodic             # f32 and fold, one tile, rows that follow each
+                              # other: a block of rows is one run
 
 
 cdef struct Tile:
@@ -783,9 +789,9 @@ cdef void column_coef32(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     cdef Tile t
     cdef Odometer row
     cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
-    cdef float* m32 = p.coef32 + group * COEF_STRIDE
-    cdef float* s32 = m32 + COL_TILE + PAD
-    cdef float* e32 = s32 + COL_TILE + PAD
+    cdef float* m32 = p.coef32 + group * COEF32_STRIDE
+    cdef float* s32 = m32 + COL_TILE + WRAP
+    cdef float* e32 = s32 + COL_TILE + WRAP
     cdef const char* gp
     cdef const char* bp
     cdef double mean, sc, e, gc, bc
@@ -811,6 +817,10 @@ cdef void column_coef32(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
                 return
         s32[c] = <float>sc
         e32[c] = <float>e
+    for c in range(t.width, t.width + WRAP):
+        m32[c] = m32[c % t.width]
+        s32[c] = s32[c % t.width]
+        e32[c] = e32[c % t.width]
     p.ok32[group] = True
 
 
@@ -845,12 +855,12 @@ cdef inline void column_segment(const ColumnPlan* p, const Tile* t, const Odomet
     cdef double ts
     if in_t is float and out_t is float:
         if p.f32 and p.ok32[group]:
-            m32 = p.coef32 + group * COEF_STRIDE
+            m32 = p.coef32 + group * COEF32_STRIDE
             if not p.fold:
                 g = <float>(<const double*>gp)[0]
                 b = <float>(<const double*>bp)[0]
-            fn_normalize_cols_f32(<const float*>xp, <float*>yp, m32, m32 + COL_TILE + PAD,
-                                  m32 + 2 * (COL_TILE + PAD), t.width, g, b, p.L.stream)
+            fn_normalize_cols_f32(<const float*>xp, <float*>yp, m32, m32 + COL_TILE + WRAP,
+                                  m32 + 2 * (COL_TILE + WRAP), t.width, g, b, p.L.stream)
             return
     if (sx == sizeof(in_t) and sy == sizeof(out_t)
             and param_init(&gv, gp, sg) and param_init(&bv, bp, sb)):
@@ -875,10 +885,20 @@ cdef void column_rows_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
     cdef Py_ssize_t outer = item // p.n_out_blocks
     cdef Py_ssize_t r0 = (item % p.n_out_blocks) * p.rows_per_out
     cdef Py_ssize_t nr = min(p.rows_per_out, p.n_rows - r0), k, j
+    cdef const float* m32
     cdef Py_ssize_t row_bytes = p.n_cols * p.L.kept[p.L.n_kept - 1].stride[OP_X]
     odo_init(&row, p.L.red, p.L.n_red, r0)
     odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     tile_of(p, outer * p.n_tiles, &t)
+    if in_t is float and out_t is float:
+        if p.periodic and p.ok32[t.group]:
+            m32 = p.coef32 + t.group * COEF32_STRIDE
+            fn_normalize_periodic_f32(<const float*>col_ptr(p, &t, &row, OP_X),
+                                      <float*>col_ptr(p, &t, &row, OP_Y), nr * p.n_cols,
+                                      m32, m32 + COL_TILE + WRAP, m32 + 2 * (COL_TILE + WRAP),
+                                      p.n_cols, p.L.stream)
+            fn_sfence()
+            return
     for k in range(nr):
         if p.prefetch:
             prefetch_segment(p.L.base[OP_X] + t.outer.off[OP_X] + ahead.off[OP_X], row_bytes)
@@ -926,13 +946,17 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.coef32 = NULL
     p.ok32 = NULL
     p.f32 = False
+    p.periodic = False
     if in_t is float and out_t is float:
         plan_columns_f32(&p, has_y)
+        p.periodic = (p.f32 and p.fold and p.n_tiles == 1 and L.n_red == 1
+                      and L.red[0].stride[OP_X] == p.n_cols * <Py_ssize_t>sizeof(float)
+                      and L.red[0].stride[OP_Y] == p.n_cols * <Py_ssize_t>sizeof(float))
     p.coef = <double*>malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if p.state == NULL and mode != MODE_GIVEN:
         p.state = <double*>malloc(n_items * STATE_STRIDE * sizeof(double))
     if p.f32:
-        p.coef32 = <float*>malloc(p.n_groups * COEF_STRIDE * sizeof(float))
+        p.coef32 = <float*>malloc(p.n_groups * COEF32_STRIDE * sizeof(float))
         p.ok32 = <char*>malloc(p.n_groups)
     if (p.coef == NULL or (mode != MODE_GIVEN and p.state == NULL)
             or (p.f32 and (p.coef32 == NULL or p.ok32 == NULL))):

@@ -40,6 +40,8 @@ cdef extern from "fastnorm_simd.h" nogil:
                           float m, float s, float e, int stream)
     void fn_normalize_cols_f32(const float* x, float* y, const float* m, const float* s,
                                const float* e, Py_ssize_t n, float g, float b, int stream)
+    void fn_normalize_periodic_f32(const float* x, float* y, Py_ssize_t total, const float* m,
+                                   const float* s, const float* e, Py_ssize_t n, int stream)
 
     double fn_half_to_double(half_t h)
     half_t fn_double_to_half(double v)

@@ -375,6 +375,38 @@ static inline void fn_normalize_cols_f32(const float *x, float *y, const float *
         y[i] = ((x[i] - m[i]) * s[i] - e[i]) * g + b;
 }
 
+/* Rows of n columns that follow each other in memory, as one run of
+ * `total` values starting at a row's start: column c's coefficients are m,
+ * s, e [c], and the arrays continue periodically for FN_WF values past n
+ * (m[n + j] = m[j mod n]), so a vector that crosses from one row into the
+ * next loads its coefficients in one piece.  No per-row work at all: short
+ * rows (batch norm over NHWC) stream like one long one. */
+static inline void fn_normalize_periodic_f32(const float *x, float *y, ptrdiff_t total,
+                                             const float *m, const float *s, const float *e,
+                                             ptrdiff_t n, int stream)
+{
+    ptrdiff_t i = 0, c = 0;
+#if defined(__GNUC__) || defined(__clang__)
+    for (ptrdiff_t head = fn_head_f32(y, total, stream); i < head; i++) {
+        y[i] = (x[i] - m[c]) * s[c] - e[c];
+        if (++c == n)
+            c = 0;
+    }
+    for (; i + FN_WF <= total; i += FN_WF) {
+        fn_put_f32(y + i, (fn_loadu_f32(x + i) - fn_loadu_f32(m + c)) * fn_loadu_f32(s + c)
+                          - fn_loadu_f32(e + c), stream);
+        c += FN_WF;
+        while (c >= n)
+            c -= n;
+    }
+#endif
+    for (; i < total; i++) {
+        y[i] = (x[i] - m[c]) * s[c] - e[c];
+        if (++c == n)
+            c = 0;
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* Runtime CPU detection, used by the baseline module to pick a level.  */
 static inline int fn_cpu_has_x86_64_v3(void)

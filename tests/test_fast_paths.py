@@ -292,3 +292,31 @@ def test_columns_backward_sweeps(dtype, case):
                  f"dgamma {case}")
     assert_close(dbeta, ref["dbeta"].reshape(-1), 1e-12 * ref["dbeta_scale"].reshape(-1),
                  f"dbeta {case}")
+
+
+@pytest.mark.parametrize("width", [1, 3, 5, 16, 17, 40, 64])
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_columns_periodic_float32_pass(width, offset):
+    # Rows of one tile that follow each other in memory, gain and bias the
+    # same for every row: a block of rows is normalized as one run, the
+    # column coefficients continuing periodically across row boundaries
+    # (widths below a vector wrap several times within one).
+    x = _x((517, width), offset)
+    rng = np.random.default_rng(14)
+    g, b = rng.uniform(0.5, 2.0, width), rng.standard_normal(width)
+    y = fastnorm.batch_norm(x, g, b, axis=0)
+    ref = _bn_ref(x, (0,), g, b)
+    assert_close(y, ref, 1e-5 if offset else _bar(ref), f"width {width}")
+
+
+def test_columns_periodic_float32_pass_streamed_unaligned_nhwc():
+    # 9 MiB of NHWC output written around the caches from one float past a
+    # vector boundary: a scalar head, then aligned vectors across rows.
+    x = _x((12, 28, 28, 293), 1.0)
+    buf = np.empty(x.size + 1, F32)
+    out = buf[1:].reshape(x.shape)
+    g = np.random.default_rng(15).uniform(0.5, 2.0, 293)
+    y = fastnorm.batch_norm(x, g, axis=(0, 1, 2), out=out)
+    assert y is out
+    ref = _bn_ref(x, (0, 1, 2), g, 0.0)
+    assert_close(y, ref, _bar(ref), "periodic streamed")
