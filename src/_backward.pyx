@@ -46,7 +46,7 @@ cdef enum:
     SLICES_PER_BLOCK_MIN = 16
     ROWS_PER_BLOCK_MIN = 64
     COL_TILE = 1024                 # columns per tile (COLUMNS pattern)
-    PARALLEL_MIN = 1 << 15
+    PARALLEL_MIN = 1 << 16          # one thread below (see _kernels.pyx)
     PREFETCH_BYTES = 16384          # of the next slice, while writing one
     STREAM_MIN_BYTES = 8 << 20      # dx this large is written around the caches
     PAD = 8                         # doubles between side-by-side buffers

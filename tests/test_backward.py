@@ -341,13 +341,14 @@ def test_every_simd_level(simd_level, func):
             check_closed_form(case, func, dtype)
 
 
-# Shapes large enough to run on several threads and cut into several blocks.
+# Shapes large enough to run on several threads (more than 2**16 values) and
+# cut into several blocks.
 THREAD_CASES = {
-    "rows_axis0": ((600, 70), (0,), (7, 1)),
-    "rows_axis1": ((600, 70), (1,), (7, 1)),
+    "rows_axis0": ((1000, 70), (0,), (7, 1)),
+    "rows_axis1": ((1000, 70), (1,), (7, 1)),
     "wide_columns": ((130, 1100), (0,), (11, 1)),
-    "nchw": ((16, 16, 12, 12), (0, 2, 3), (4, 1)),
-    "nhwc": ((16, 12, 12, 16), (0, 1, 2), (16, -1)),
+    "nchw": ((16, 16, 18, 18), (0, 2, 3), (4, 1)),
+    "nhwc": ((16, 18, 18, 16), (0, 1, 2), (16, -1)),
 }
 
 

@@ -16,12 +16,12 @@ N_THREADS = 8
 
 def _shared_inputs():
     """One problem for every function, read-only: large enough for the
-    parallel paths (more than 2**15 values) and small enough to be quick."""
+    parallel paths (more than 2**16 values) and small enough to be quick."""
     rng = np.random.default_rng(0)
     a = dict(
-        x=(2.0 + rng.standard_normal((16, 24, 96))).astype(np.float32),
-        dy=rng.standard_normal((16, 24, 96)).astype(np.float32),
-        x64=rng.standard_normal((3, 20000)),
+        x=(2.0 + rng.standard_normal((32, 24, 96))).astype(np.float32),
+        dy=rng.standard_normal((32, 24, 96)).astype(np.float32),
+        x64=rng.standard_normal((4, 20000)),
         g_last=rng.uniform(0.5, 2.0, 96), g_chan=rng.uniform(0.5, 2.0, 24),
         b_chan=rng.standard_normal(24), rm=rng.standard_normal(24),
         rv=rng.uniform(0.5, 2.0, 24),

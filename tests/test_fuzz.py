@@ -101,7 +101,7 @@ FAULTS = {
 
 SIDES = [0, 1, 1, 2, 3, 4, 5, 8, 17, 33]
 # Now and then a shape large enough for several threads and long slices.
-BIG_SHAPES = [(3, 20000), (40000,), (20000, 3), (2, 3, 6000)]
+BIG_SHAPES = [(4, 20000), (70000,), (25000, 3), (2, 3, 12000)]
 INPUT_DTYPES = list(FLOAT_DTYPES) * 4 + list(INT_DTYPES)
 PARAM_DTYPES = ["float64", "float64", "float32", "float16", "int32", "bool"]
 NOT_ARRAYS = [None, "abc", {}, object(), b"ab", [1.0, None], ["1", 2.0]]

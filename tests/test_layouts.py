@@ -1,5 +1,5 @@
 """Fixed shapes and layouts chosen to cross the kernels' internal boundaries:
-the multi-threaded threshold (32768 elements), the 4096-value blocks of a
+the multi-threaded threshold (65536 elements), the 4096-value blocks of a
 long slice, the 1024-column tiles (rows in pieces, prefetched) and >= 64-row
 blocks of the columns pattern.  Each case states which access pattern it takes, so both are
 exercised whatever the hypothesis draws happen to be."""
@@ -22,28 +22,28 @@ def _data(shape, dtype=np.float32, seed=0, offset=3.0):
 
 # (name, builder of x, reduced axes, expected pattern)
 CASES = [
-    ("rows-4x10000", lambda: _data((4, 10000)), (1,), "slices"),
-    ("rows-3x12289-split", lambda: _data((3, 12289)), (1,), "slices"),
-    ("row-1x40000", lambda: _data((1, 40000)), (1,), "slices"),
-    ("vector-50000", lambda: _data((50000,)), (0,), "slices"),
-    ("many-short-rows", lambda: _data((5000, 7)), (1,), "slices"),
-    ("nchw", lambda: _data((8, 16, 20, 20)), (0, 2, 3), "slices"),
-    ("rows-reversed", lambda: _data((3, 12289))[:, ::-1], (1,), "slices"),
-    ("rows-stepped", lambda: _data((4, 20000))[:, ::2], (1,), "slices"),
-    ("cols-5000x7", lambda: _data((5000, 7)), (0,), "columns"),
-    ("cols-70x700", lambda: _data((70, 700)), (0,), "columns"),
+    ("rows-4x20000", lambda: _data((4, 20000)), (1,), "slices"),
+    ("rows-6x12289-split", lambda: _data((6, 12289)), (1,), "slices"),
+    ("row-1x70000", lambda: _data((1, 70000)), (1,), "slices"),
+    ("vector-70000", lambda: _data((70000,)), (0,), "slices"),
+    ("many-short-rows", lambda: _data((10000, 7)), (1,), "slices"),
+    ("nchw", lambda: _data((8, 16, 24, 24)), (0, 2, 3), "slices"),
+    ("rows-reversed", lambda: _data((6, 12289))[:, ::-1], (1,), "slices"),
+    ("rows-stepped", lambda: _data((4, 40000))[:, ::2], (1,), "slices"),
+    ("cols-10000x7", lambda: _data((10000, 7)), (0,), "columns"),
+    ("cols-100x700", lambda: _data((100, 700)), (0,), "columns"),
     ("cols-130x1100", lambda: _data((130, 1100)), (0,), "columns"),
     ("cols-5000x513", lambda: _data((5000, 513)), (0,), "columns"),
     ("cols-3000x1025", lambda: _data((3000, 1025)), (0,), "columns"),
     ("cols-100x2100", lambda: _data((100, 2100)), (0,), "columns"),
     ("fortran-rows", lambda: np.asfortranarray(_data((1000, 513))), (1,), "columns"),
-    ("nhwc", lambda: _data((8, 12, 12, 40)), (0, 1, 2), "columns"),
+    ("nhwc", lambda: _data((8, 16, 16, 40)), (0, 1, 2), "columns"),
     ("cols-reversed", lambda: _data((300, 700))[::-1, ::-1], (0,), "columns"),
     ("cols-stepped", lambda: _data((600, 1500))[::3, ::2], (0,), "columns"),
-    ("transposed-3d", lambda: _data((40, 30, 50)).transpose(2, 0, 1), (1, 2), "columns"),
-    ("broadcast-rows", lambda: np.broadcast_to(_data((1, 9000)), (5, 9000)), (1,), "slices"),
+    ("transposed-3d", lambda: _data((40, 30, 60)).transpose(2, 0, 1), (1, 2), "columns"),
+    ("broadcast-rows", lambda: np.broadcast_to(_data((1, 9000)), (8, 9000)), (1,), "slices"),
     ("broadcast-cols", lambda: np.broadcast_to(_data((1, 700)), (100, 700)), (0,), "columns"),
-    ("broadcast-reduced", lambda: np.broadcast_to(_data((3, 1)), (3, 20000)), (1,), None),
+    ("broadcast-reduced", lambda: np.broadcast_to(_data((4, 1)), (4, 20000)), (1,), None),
 ]
 IDS = [c[0] for c in CASES]
 
