@@ -128,7 +128,7 @@ def _bn_ref(x, axes, g, b, mean=None, var=None, eps=1e-5):
 
 
 @pytest.mark.parametrize("shape, axes", [((300, 70), (0,)),            # (N, C)
-                                         ((130, 1100), (0,)),          # two tiles
+                                         ((130, 2100), (0,)),          # two tiles
                                          ((4, 5, 6, 24), (0, 1, 2))],  # NHWC
                          ids=["NC", "two-tiles", "NHWC"])
 @pytest.mark.parametrize("offset", [0.0, 1e6])
@@ -198,7 +198,7 @@ def test_columns_float32_pass_hands_extreme_tiles_to_float64():
 # written whole row by whole row across the tiles.
 
 @pytest.mark.parametrize("dtype", [np.float16, F32, np.float64])
-@pytest.mark.parametrize("width", [1, 7, 8, 9, 31, 32, 33, 47, 71, 1030])
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 31, 32, 33, 47, 71, 1030, 2100])
 def test_columns_strip_statistics_widths_and_sweeps(dtype, width):
     # Every strip/vector/scalar split of the columns; rows enough for
     # several sweeps (a sweep holds about 128 KiB of rows), so the prefetch
@@ -246,9 +246,9 @@ def test_columns_output_rows_across_tiles_one_handed_back():
     # Three tiles of columns written row by row; the middle tile holds an
     # extreme column and goes the float64 way, the others the float32 way.
     rng = np.random.default_rng(12)
-    x = rng.standard_normal((96, 2100)).astype(F32)
-    x[:, 1500] = np.where(np.arange(96) % 16 == 0, -3e38, 3e38)
-    g = rng.uniform(0.5, 2.0, 2100)
+    x = rng.standard_normal((96, 4200)).astype(F32)
+    x[:, 2500] = np.where(np.arange(96) % 16 == 0, -3e38, 3e38)
+    g = rng.uniform(0.5, 2.0, 4200)
     y = fastnorm.batch_norm(x, g, axis=0)
     assert np.all(np.isfinite(y))
     ref = _bn_ref(x, (0,), g, 0.0)

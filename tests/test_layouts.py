@@ -1,6 +1,6 @@
 """Fixed shapes and layouts chosen to cross the kernels' internal boundaries:
 the multi-threaded threshold (65536 elements), the 4096-value blocks of a
-long slice, the 1024-column tiles (rows in pieces, prefetched) and >= 64-row
+long slice, the column tiles (2048 columns; 1024 in the gradients) and >= 64-row
 blocks of the columns pattern.  Each case states which access pattern it takes, so both are
 exercised whatever the hypothesis draws happen to be."""
 import numpy as np

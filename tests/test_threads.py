@@ -22,7 +22,7 @@ WORKLOADS = {
     "long-rows": (lambda: _x((4, 20000)), -1),
     "one-row": (lambda: _x((70_000,), np.float64), None),
     "columns": (lambda: _x((5000, 40)), 0),
-    "column-tiles": (lambda: _x((100, 1100)), 0),
+    "column-tiles": (lambda: _x((100, 2100)), 0),
     "nchw": (lambda: _x((8, 16, 32, 32), np.float16), (0, 2, 3)),
     "nhwc": (lambda: _x((8, 24, 16, 24), np.float64), (0, 1, 2)),
 }
