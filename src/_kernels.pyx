@@ -513,7 +513,10 @@ cdef struct ColumnPlan:
                               # (COEF32_STRIDE floats; see column_coef32)...
     char* ok32                # ...and whether float32 holds them
     bint periodic             # f32 and fold, one tile, rows that follow each
-                              # other: a block of rows is one run
+                              # other: a block of rows is one run...
+    double* per               # ...and for other types (one outer index):
+                              # pivot, shift, scale * gain, bias per column,
+                              # each continued periodically for a vector
 
 
 cdef struct Tile:
@@ -784,6 +787,71 @@ cdef inline void column_scalar(const in_t* x, out_t* y, const Param* g, const Pa
            * t.scale[c] * g.p[c * g.inc] + b.p[c * b.inc], ko)
 
 
+cdef void periodic_coefs(const ColumnPlan* p) noexcept nogil:
+    """p.per from the one tile's coefficients and the per-column gain and
+    bias (see periodic_run)."""
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    cdef Py_ssize_t n = p.n_cols, w = n + FN_W, c
+    cdef double* piv = p.per
+    cdef double* sh = piv + w
+    cdef double* sc = sh + w
+    cdef double* bi = sc + w
+    for c in range(w):
+        piv[c] = p.coef[c % n]
+        sh[c] = p.coef[COL_TILE + PAD + c % n]
+        sc[c] = (p.coef[2 * (COL_TILE + PAD) + c % n]
+                 * (<const double*>(p.L.base[OP_G] + (c % n) * vec.stride[OP_G]))[0])
+        bi[c] = (<const double*>(p.L.base[OP_B] + (c % n) * vec.stride[OP_B]))[0]
+
+
+cdef void periodic_run(const ColumnPlan* p, const char* xp, char* yp, Py_ssize_t total,
+                       in_t* ki, out_t* ko) noexcept nogil:
+    """Rows of the one tile that follow each other in memory, as one run of
+    `total` values from a row's start: column c's coefficients are at [c]
+    of p.per's arrays, which continue periodically for a vector, so a vector
+    that crosses into the next row loads them in one piece (the float32
+    pass does the same in fn_normalize_periodic_f32)."""
+    cdef const in_t* x = <const in_t*>xp
+    cdef out_t* y = <out_t*>yp
+    cdef Py_ssize_t n = p.n_cols, w = n + FN_W, i = 0, c = 0, head = 0
+    cdef const double* piv = p.per
+    cdef const double* sh = piv + w
+    cdef const double* sc = sh + w
+    cdef const double* bi = sc + w
+    cdef bint stream = p.L.stream
+    cdef fn_vd v
+    if stream:
+        head = (<size_t>y // sizeof(out_t)) % FN_W
+        head = min(total, 0 if head == 0 else FN_W - head)
+    while i < head:
+        periodic_scalar(x, y, i, c, piv, sh, sc, bi, ki, ko)
+        i = i + 1
+        c = 0 if c + 1 == n else c + 1
+    while i + FN_W <= total:
+        v = fn_sub(shifted(vload(<const char*>(x + i), sizeof(in_t), ki),
+                           fn_load_f64(piv + c), ki), fn_load_f64(sh + c))
+        v = fn_fma(v, fn_load_f64(sc + c), fn_load_f64(bi + c))
+        if stream:
+            vstream(y + i, v)
+        else:
+            vstore(<char*>(y + i), sizeof(out_t), v, ko)
+        i = i + FN_W
+        c = c + FN_W
+        while c >= n:
+            c = c - n
+    while i < total:
+        periodic_scalar(x, y, i, c, piv, sh, sc, bi, ki, ko)
+        i = i + 1
+        c = 0 if c + 1 == n else c + 1
+
+
+cdef inline void periodic_scalar(const in_t* x, out_t* y, Py_ssize_t i, Py_ssize_t c,
+                                 const double* piv, const double* sh, const double* sc,
+                                 const double* bi, in_t* ki, out_t* ko) noexcept nogil:
+    sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - piv[c]) - sh[c]) * sc[c] + bi[c],
+           ko)
+
+
 cdef void column_coef32(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     """The float32 form of one tile's coefficients (fn_normalize_cols_f32):
     each column's mean rounded to float, its scale, and the rest of the
@@ -834,11 +902,6 @@ cdef void plan_columns_f32(ColumnPlan* p, bint has_y) noexcept nogil:
     when they are the same for every column, else not at all."""
     cdef const Layout* L = p.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
-    cdef int a
-    p.fold = True
-    for a in range(L.n_red):
-        if L.red[a].stride[OP_G] != 0 or L.red[a].stride[OP_B] != 0:
-            p.fold = False
     p.f32 = (has_y and vec.stride[OP_X] == sizeof(float) and vec.stride[OP_Y] == sizeof(float)
              and (p.fold or (vec.stride[OP_G] == 0 and vec.stride[OP_B] == 0)))
 
@@ -903,6 +966,11 @@ cdef void column_rows_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
                                       p.n_cols, p.L.stream)
             fn_sfence()
             return
+    if p.per != NULL:
+        periodic_run(p, col_ptr(p, &t, &row, OP_X), <char*>col_ptr(p, &t, &row, OP_Y),
+                     nr * p.n_cols, ki, ko)
+        fn_sfence()
+        return
     for k in range(nr):
         if p.prefetch:
             prefetch_segment(p.L.base[OP_X] + t.outer.off[OP_X] + ahead.off[OP_X], row_bytes)
@@ -919,6 +987,7 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
                         in_t* ki, out_t* ko) noexcept nogil:
     cdef ColumnPlan p
     cdef Py_ssize_t i, n_items, n_out_items, cap
+    cdef bint runs
     p.L = L
     p.mode = mode
     p.eps = eps
@@ -950,12 +1019,26 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.coef32 = NULL
     p.ok32 = NULL
     p.f32 = False
+    p.per = NULL
+    p.fold = True
+    for i in range(L.n_red):
+        if L.red[i].stride[OP_G] != 0 or L.red[i].stride[OP_B] != 0:
+            p.fold = False
+    # Blocks of rows are single runs when the rows follow each other in
+    # memory and every row is normalized alike.
+    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1
+            and L.kept[L.n_kept - 1].stride[OP_X] == sizeof(in_t)
+            and L.kept[L.n_kept - 1].stride[OP_Y] == sizeof(out_t)
+            and L.red[0].stride[OP_X] == p.n_cols * <Py_ssize_t>sizeof(in_t)
+            and L.red[0].stride[OP_Y] == p.n_cols * <Py_ssize_t>sizeof(out_t))
     p.periodic = False
     if in_t is float and out_t is float:
         plan_columns_f32(&p, has_y)
-        p.periodic = (p.f32 and p.fold and p.n_tiles == 1 and L.n_red == 1
-                      and L.red[0].stride[OP_X] == p.n_cols * <Py_ssize_t>sizeof(float)
-                      and L.red[0].stride[OP_Y] == p.n_cols * <Py_ssize_t>sizeof(float))
+        p.periodic = p.f32 and runs
+    if runs and not p.periodic and p.n_outer == 1:
+        p.per = <double*>malloc(4 * (p.n_cols + FN_W) * sizeof(double))
+        if p.per == NULL:
+            return -1
     p.coef = <double*>malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if p.state == NULL and mode != MODE_GIVEN:
         p.state = <double*>malloc(n_items * STATE_STRIDE * sizeof(double))
@@ -964,6 +1047,7 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
         p.ok32 = <char*>malloc(p.n_groups)
     if (p.coef == NULL or (mode != MODE_GIVEN and p.state == NULL)
             or (p.f32 and (p.coef32 == NULL or p.ok32 == NULL))):
+        free(p.per)
         free(p.coef)
         free(p.state)
         free(p.coef32)
@@ -979,6 +1063,8 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
             column_finish(&p, i)
             if p.f32:
                 column_coef32(&p, i)
+        if p.per != NULL:
+            periodic_coefs(&p)
         if has_y:
             for i in prange(n_out_items, num_threads=nthreads, schedule="guided"):
                 column_rows_normalize(&p, i, ki, ko)
@@ -992,6 +1078,8 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
             column_finish(&p, i)
             if p.f32:
                 column_coef32(&p, i)
+        if p.per != NULL:
+            periodic_coefs(&p)
         if has_y:
             for i in range(n_out_items):
                 column_rows_normalize(&p, i, ki, ko)
@@ -999,6 +1087,7 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     free(p.coef)
     free(p.coef32)
     free(p.ok32)
+    free(p.per)
     return 0
 
 

@@ -320,3 +320,34 @@ def test_columns_periodic_float32_pass_streamed_unaligned_nhwc():
     assert y is out
     ref = _bn_ref(x, (0, 1, 2), g, 0.0)
     assert_close(y, ref, _bar(ref), "periodic streamed")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+@pytest.mark.parametrize("width", [1, 3, 9, 64])
+def test_columns_periodic_run_other_dtypes(dtype, width):
+    # The same single-run pass for float16 and float64 data (float64
+    # arithmetic, per-column pivot, shift, scale times gain, bias).
+    offset = 1e6 if dtype == np.float64 else 0.0
+    x = _x((700, width), offset).astype(dtype)
+    rng = np.random.default_rng(16)
+    g, b = rng.uniform(0.5, 2.0, width), rng.standard_normal(width)
+    y = fastnorm.batch_norm(x, g, b, axis=0)
+    ref = _bn_ref(x, (0,), g, b)
+    # The reference's own mean is rounded at the offset: an ulp of 1e6
+    # relative to a spread of 1.
+    tol = np.finfo(dtype).eps * 4 * (np.abs(ref) + 1.0 + offset * g)
+    assert_close(y, ref, tol, f"{dtype} width {width}")
+
+
+def test_columns_periodic_run_needs_unit_column_strides():
+    # Rows exactly n_cols values apart, but columns two values apart (rows
+    # overlap): not one run; the rows are read as they are.
+    buf = _x((200,), 1.0).astype(np.float64)
+    x = np.lib.stride_tricks.as_strided(buf, shape=(40, 4), strides=(32, 16))
+    y = fastnorm.batch_norm(x, axis=0)
+    ref = _bn_ref(np.array(x), (0,), 1.0, 0.0)
+    assert_close(y, ref, 1e-13 * (np.abs(ref) + 1.0), "overlapping rows")
+    # An out= whose columns are not unit-stride: not one run either.
+    out = np.empty((4, 40)).T
+    y = fastnorm.batch_norm(np.array(x), axis=0, out=out)
+    assert_close(out, ref, 1e-13 * (np.abs(ref) + 1.0), "transposed out")
