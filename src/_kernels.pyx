@@ -94,6 +94,11 @@ cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
     c.shift = m.mean
     c.scale = 1.0
     if mode == MODE_STATS:
+        # An inf that is a slice's last update leaves its mean inf; the
+        # variance is NaN either way, and so is the mean then (where the inf
+        # falls must not matter).
+        if m.m2 != m.m2:
+            mean = NAN
         (<double*>(L.stat[0] + off))[0] = mean
         (<double*>(L.stat[1] + off))[0] = m.m2
     elif mode == MODE_CENTER:
