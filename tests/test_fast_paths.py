@@ -195,11 +195,13 @@ def test_columns_float32_pass_hands_extreme_tiles_to_float64():
 # COLUMNS statistics: strips of columns swept down the rows with their
 # Welford accumulators in registers (strips, then single vectors, then
 # scalar columns), rows in sweeps that prefetch the next one; outputs
-# written whole row by whole row across the tiles.
+# written whole row by whole row across the tiles.  These run on every SIMD
+# level this CPU has (the simd_level fixture): strip and vector widths
+# differ between them.
 
 @pytest.mark.parametrize("dtype", [np.float16, F32, np.float64])
 @pytest.mark.parametrize("width", [1, 7, 8, 9, 31, 32, 33, 47, 71, 1030, 2100])
-def test_columns_strip_statistics_widths_and_sweeps(dtype, width):
+def test_columns_strip_statistics_widths_and_sweeps(dtype, width, simd_level):
     # Every strip/vector/scalar split of the columns; rows enough for
     # several sweeps (a sweep holds about 128 KiB of rows), so the prefetch
     # cursor runs over sweep and block boundaries.  float64 data sits at an
@@ -242,7 +244,7 @@ def test_columns_strip_statistics_rows_apart():
     assert_close(y, ref, _bar(ref), "rows apart")
 
 
-def test_columns_output_rows_across_tiles_one_handed_back():
+def test_columns_output_rows_across_tiles_one_handed_back(simd_level):
     # Three tiles of columns written row by row; the middle tile holds an
     # extreme column and goes the float64 way, the others the float32 way.
     rng = np.random.default_rng(12)
@@ -266,7 +268,7 @@ def test_columns_output_short_rows_apart_prefetched():
 
 @pytest.mark.parametrize("dtype", [F32, np.float64])
 @pytest.mark.parametrize("case", ["tiles", "rows-apart"])
-def test_columns_backward_sweeps(dtype, case):
+def test_columns_backward_sweeps(dtype, case, simd_level):
     # batch_norm's gradient over (N, C) when each tile of columns is a piece
     # of its rows (several tiles, or rows of a wider array): pass 1 goes by
     # sweeps of strips, rows enough for several sweeps and blocks; the
@@ -296,7 +298,7 @@ def test_columns_backward_sweeps(dtype, case):
 
 @pytest.mark.parametrize("width", [1, 3, 5, 16, 17, 40, 64])
 @pytest.mark.parametrize("offset", [0.0, 1e6])
-def test_columns_periodic_float32_pass(width, offset):
+def test_columns_periodic_float32_pass(width, offset, simd_level):
     # Rows of one tile that follow each other in memory, gain and bias the
     # same for every row: a block of rows is normalized as one run, the
     # column coefficients continuing periodically across row boundaries
@@ -309,7 +311,7 @@ def test_columns_periodic_float32_pass(width, offset):
     assert_close(y, ref, 1e-5 if offset else _bar(ref), f"width {width}")
 
 
-def test_columns_periodic_float32_pass_streamed_unaligned_nhwc():
+def test_columns_periodic_float32_pass_streamed_unaligned_nhwc(simd_level):
     # 9 MiB of NHWC output written around the caches from one float past a
     # vector boundary: a scalar head, then aligned vectors across rows.
     x = _x((12, 28, 28, 293), 1.0)
@@ -324,7 +326,7 @@ def test_columns_periodic_float32_pass_streamed_unaligned_nhwc():
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
 @pytest.mark.parametrize("width", [1, 3, 9, 64])
-def test_columns_periodic_run_other_dtypes(dtype, width):
+def test_columns_periodic_run_other_dtypes(dtype, width, simd_level):
     # The same single-run pass for float16 and float64 data (float64
     # arithmetic, per-column pivot, shift, scale times gain, bias).
     offset = 1e6 if dtype == np.float64 else 0.0
@@ -339,7 +341,7 @@ def test_columns_periodic_run_other_dtypes(dtype, width):
     assert_close(y, ref, tol, f"{dtype} width {width}")
 
 
-def test_columns_periodic_run_needs_unit_column_strides():
+def test_columns_periodic_run_needs_unit_column_strides(simd_level):
     # Rows exactly n_cols values apart, but columns two values apart (rows
     # overlap): not one run; the rows are read as they are.
     buf = _x((200,), 1.0).astype(np.float64)
