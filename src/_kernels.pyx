@@ -534,26 +534,22 @@ cdef struct Tile:
     double* scale
 
 
-cdef inline void tile_of(const ColumnPlan* p, Py_ssize_t group, Tile* t) noexcept nogil:
-    cdef double* base = p.coef + group * COEF_STRIDE
-    odo_init(&t.outer, p.L.kept, p.L.n_kept - 1, group // p.n_tiles)
-    t.group = group
-    t.c0 = (group % p.n_tiles) * COL_TILE
-    t.width = min(<Py_ssize_t>COL_TILE, p.n_cols - t.c0)
-    t.pivot = base
-    t.shift = base + COL_TILE + PAD
-    t.scale = base + 2 * (COL_TILE + PAD)
-
-
 cdef inline void tile_move(const ColumnPlan* p, Tile* t, Py_ssize_t j) noexcept nogil:
     """t, a tile of some outer index, made that index's tile j."""
-    cdef double* base = p.coef + (t.group - t.group % p.n_tiles + j) * COEF_STRIDE
+    cdef double* base
     t.group = t.group - t.group % p.n_tiles + j
+    base = p.coef + t.group * COEF_STRIDE
     t.c0 = j * COL_TILE
     t.width = min(<Py_ssize_t>COL_TILE, p.n_cols - t.c0)
     t.pivot = base
     t.shift = base + COL_TILE + PAD
     t.scale = base + 2 * (COL_TILE + PAD)
+
+
+cdef inline void tile_of(const ColumnPlan* p, Py_ssize_t group, Tile* t) noexcept nogil:
+    odo_init(&t.outer, p.L.kept, p.L.n_kept - 1, group // p.n_tiles)
+    t.group = group
+    tile_move(p, t, group % p.n_tiles)
 
 
 cdef inline const char* col_ptr(const ColumnPlan* p, const Tile* t, const Odometer* row,
@@ -578,13 +574,6 @@ cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcep
     xp = col_ptr(p, &t, &row, OP_X)
     for c in range(t.width):
         t.pivot[c] = pick_pivot(sload(xp + c * sx, ki), ki)
-
-
-cdef inline void welford_step(fn_vd y, fn_vd r, fn_vd* mean, fn_vd* m2) noexcept nogil:
-    """One Welford update of a vector of columns; r = 1 / (rows so far)."""
-    cdef fn_vd d = fn_sub(y, mean[0])
-    mean[0] = fn_fma(d, r, mean[0])
-    m2[0] = fn_fma(d, fn_sub(y, mean[0]), m2[0])
 
 
 cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t nrows,

@@ -45,6 +45,14 @@ cdef inline void moments_merge(Moments* a, const Moments* b) noexcept nogil:
     a.n = n
 
 
+cdef inline void welford_step(fn_vd y, fn_vd r, fn_vd* mean, fn_vd* m2) noexcept nogil:
+    """One Welford update of a vector of accumulators; r = 1 / (values so
+    far, this one included)."""
+    cdef fn_vd d = fn_sub(y, mean[0])
+    mean[0] = fn_fma(d, r, mean[0])
+    m2[0] = fn_fma(d, fn_sub(y, mean[0]), m2[0])
+
+
 cdef inline fn_vd shifted(fn_vd v, fn_vd pivot, in_t* kind) noexcept nogil:
     """v - pivot for float64 data; float16/float32 data is not shifted."""
     if in_t is double:
@@ -61,7 +69,7 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
     """
     cdef fn_vd mean[FN_NV]
     cdef fn_vd m2[FN_NV]
-    cdef fn_vd piv = fn_set1(pivot), r, y, d, acc, q, dev
+    cdef fn_vd piv = fn_set1(pivot), r, d, acc, q, dev
     cdef Py_ssize_t j, lanes = FN_NV * FN_W
     cdef int v
     cdef Moments out
@@ -71,10 +79,8 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
     for j in range(steps):
         r = fn_set1(1.0 / <double>(j + 1))
         for v in range(FN_NV):
-            y = shifted(vload(x + (j * lanes + v * FN_W) * stride, stride, kind), piv, kind)
-            d = fn_sub(y, mean[v])
-            mean[v] = fn_fma(d, r, mean[v])
-            m2[v] = fn_fma(d, fn_sub(y, mean[v]), m2[v])
+            welford_step(shifted(vload(x + (j * lanes + v * FN_W) * stride, stride, kind), piv,
+                                 kind), r, &mean[v], &m2[v])
     # Merge lanes of equal count: the mean of the means, and the lanes' M2
     # plus the spread of their means (Chan's formula with equal weights).
     acc = mean[0]
@@ -95,14 +101,12 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
 cdef inline Moments lanes_one(const char* x, Py_ssize_t stride, Py_ssize_t steps,
                               double pivot, in_t* kind) noexcept nogil:
     """The same with one vector of FN_W lanes (for what the bulk leaves)."""
-    cdef fn_vd mean = fn_zero(), m2 = fn_zero(), piv = fn_set1(pivot), y, d
+    cdef fn_vd mean = fn_zero(), m2 = fn_zero(), piv = fn_set1(pivot), d
     cdef Py_ssize_t j
     cdef Moments out
     for j in range(steps):
-        y = shifted(vload(x + j * FN_W * stride, stride, kind), piv, kind)
-        d = fn_sub(y, mean)
-        mean = fn_fma(d, fn_set1(1.0 / <double>(j + 1)), mean)
-        m2 = fn_fma(d, fn_sub(y, mean), m2)
+        welford_step(shifted(vload(x + j * FN_W * stride, stride, kind), piv, kind),
+                     fn_set1(1.0 / <double>(j + 1)), &mean, &m2)
     out.n = <double>(steps * FN_W)
     out.mean = fn_hsum(mean) / FN_W
     d = fn_sub(mean, fn_set1(out.mean))
