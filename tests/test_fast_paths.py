@@ -257,6 +257,27 @@ def test_columns_output_rows_across_tiles_one_handed_back(simd_level):
     assert_close(y, ref, _bar(ref), "tiles across a row")
 
 
+@pytest.mark.parametrize("rows_apart", [False, True], ids=["contiguous", "rows-apart"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_columns_output_row_groups_in_column_chunks(rows_apart, threads, simd_level):
+    # Rows wider than a chunk of columns go out in groups of rows a chunk at
+    # a time: two tiles (2048 + 552 columns) in chunks of 1024, 1024, 552;
+    # 363 rows, so groups of 8 end in a short one (and two threads split the
+    # rows elsewhere); gain and bias per row (not folded).
+    shape = (363, 2600)
+    base = _x((shape[0], 3000) if rows_apart else shape, 4.0)
+    x = base[:, :shape[1]]
+    rng = np.random.default_rng(13)
+    g, b = rng.uniform(0.5, 2.0, shape[0]), rng.standard_normal(shape[0])
+    fastnorm.set_num_threads(threads)
+    try:
+        y = fastnorm.layer_norm(x, g, b, axis=0)
+    finally:
+        fastnorm.set_num_threads(None)
+    ref = ref_layer_norm(x, (0,), g.reshape(-1, 1), b.reshape(-1, 1))[0]
+    assert_close(y, ref, _bar(ref), f"row groups, chunks ({rows_apart}, {threads})")
+
+
 def test_columns_output_short_rows_apart_prefetched():
     # Rows that are pieces of longer rows: the output pass prefetches ahead.
     base = _x((700, 1500), -2.0)
