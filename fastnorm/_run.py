@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from . import _dispatch
+from . import _dispatch, _regroup
 from ._args import (check_out, detach, keepdims_shape, reduced_mask, result_dtypes,
                     split_out, warn_empty, writable_target)
 from ._config import team_size
@@ -29,6 +29,11 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
             for s in (s0, s1, s2):
                 if s is not None:
                     s.fill(np.nan)
+        return s0, s1, s2
+    regrouped = _regroup.plan(x, axes, mode, gamma, beta, y)
+    if regrouped is not None:
+        _regroup.run(x, regrouped, mode, keep=shape, eps=eps, gamma=gamma, beta=beta, y=y,
+                     s0=s0, s1=s1, s2=s2, given=given)
         return s0, s1, s2
     k = _dispatch.kernels
     k.normalize(x, y, gamma, beta, s0, s1, s2, reduced_mask(axes, x.ndim),

@@ -1,0 +1,203 @@
+"""Batch norm over (N, C, *short spatial axes*): the per-channel statistics
+are taken over the columns of the (N, C * inner) matrix and merged per
+channel (fastnorm/_regroup.py).
+
+Every test first checks that the call takes that way (or, where it must
+not, that it does not), then compares with float64 references written out
+in tests/reference.py, or with the kernels' own way (INNER_MAX = 0).
+"""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fastnorm
+from fastnorm import _regroup
+from checks import check_batch_norm
+from reference import (assert_bitwise, assert_close, moments, ref_layer_norm, ref_mean_var,
+                       ref_running_update)
+from strategies import OUT_MODES, PARAM_KINDS, STATS_OUT, VALUE_KINDS
+
+LD = np.longdouble
+
+
+def _taken(shape, dtype, axes, mode="center", gamma=None):
+    """Whether a C-contiguous x of this shape takes the columns way."""
+    x = np.empty(shape, dtype)
+    return _regroup.plan(x, tuple(sorted(axes)), mode, gamma, None, None) is not None
+
+
+@pytest.fixture
+def kernels_way(monkeypatch):
+    """Within the test, calls take the kernels' own way."""
+    def off():
+        monkeypatch.setattr(_regroup, "INNER_MAX", 0)
+    return off
+
+
+@st.composite
+def short_inner_specs(draw):
+    """check_batch_norm's spec for (N, C, inner...) with N rows enough and
+    inner values few enough for the columns way (when x is C-ordered)."""
+    dtype = draw(st.sampled_from(["float16", "float32"]))
+    min_rows = _regroup.MIN_COLUMN_BYTES // np.dtype(dtype).itemsize
+    inner = draw(st.lists(st.integers(1, 10), min_size=1, max_size=2)
+                 .filter(lambda s: 1 < math.prod(s) <= _regroup.INNER_MAX))
+    shape = (draw(st.integers(min_rows, min_rows + 40)), draw(st.integers(1, 9)), *inner)
+    s = dict(shape=shape, dtype=dtype, layout="C", values=draw(st.sampled_from(VALUE_KINDS)),
+             seed=draw(st.integers(0, 2**32 - 1)),
+             req_dtype=draw(st.sampled_from([None, None, "float32", "float64"])))
+    s["axis"] = draw(st.sampled_from([None, tuple(i for i in range(len(shape)) if i != 1)]))
+    s["training"] = draw(st.booleans())
+    s["running"] = draw(st.sampled_from([None, "named_f64", "named_f32", "keepdims_f32"]))
+    s["momentum"] = draw(st.sampled_from([0.1, 0.5]))
+    s["eps"] = draw(st.sampled_from([1e-5, 1e-3, 0.0]))
+    s["gamma"] = draw(st.sampled_from(PARAM_KINDS))
+    s["beta"] = draw(st.sampled_from(PARAM_KINDS))
+    s["return_stats"] = draw(st.booleans())
+    s["out_mode"] = draw(st.sampled_from(OUT_MODES))
+    s["stats_out"] = draw(st.sampled_from(STATS_OUT)) if s["return_stats"] else "none"
+    return s
+
+
+@given(short_inner_specs())
+def test_batch_norm_short_inner_matches_reference(spec):
+    axes = tuple(i for i in range(len(spec["shape"])) if i != 1)
+    assert _taken(spec["shape"], spec["dtype"], axes)
+    check_batch_norm(spec)
+
+
+@pytest.mark.parametrize("shape", [(64, 32, 4, 4), (40, 16, 7, 7), (256, 8, 2)])
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_batch_norm_short_inner_float32_accuracy(shape, offset):
+    # The bar of tests/test_accuracy.py: float32 at a large common offset.
+    rng = np.random.default_rng(1)
+    x = (offset + rng.standard_normal(shape)).astype(np.float32)
+    axes = (0,) + tuple(range(2, len(shape)))
+    assert _taken(shape, np.float32, axes)
+    rm, rv = np.zeros(shape[1], np.float32), np.ones(shape[1], np.float32)
+    y, mean, rstd = fastnorm.batch_norm(x, None, None, rm, rv, return_stats=True)
+    yr, mr, rr, _, _ = ref_layer_norm(x, axes, acc=LD)
+    err = float(np.max(np.abs(y.astype(LD) - yr)))
+    assert err <= (1e-6 if offset == 0 else 1e-5), f"max |y - ref| = {err:.3g}"
+    assert_close(mean, mr, np.spacing(np.abs(mr.astype(np.float32))), "mean")
+    assert_close(rstd, rr, 1e-6 * rr, "rstd")
+    n = x.size // shape[1]
+    _, _, m2, _, _ = moments(x, axes)
+    new_m, new_v = ref_running_update(np.zeros(shape[1]), np.ones(shape[1]), mr.ravel(),
+                                      m2.ravel() / n, n, 0.1)
+    assert_close(rm, new_m, 1e-6 * (np.abs(new_m) + 1), "running_mean")
+    assert_close(rv, new_v, 1e-6 * new_v, "running_var")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_mean_var_short_inner(dtype):
+    # Statistics only: one channel holds a NaN, one an inf (mean and
+    # variance NaN there, as the kernels give), the others are exact.
+    rng = np.random.default_rng(2)
+    x = (3.0 + rng.standard_normal((80, 6, 5, 5))).astype(dtype)
+    x[7, 2, 1, 3] = np.nan
+    x[70, 4, 4, 4] = np.inf
+    assert _taken(x.shape, dtype, (0, 2, 3), "stats")
+    mean, var = fastnorm.mean_var(x, axis=(0, 2, 3), dtype=np.float64)
+    rm, rv, spread = ref_mean_var(x, (0, 2, 3))
+    assert_close(mean, rm.ravel(), 1e-13 * (np.abs(rm) + spread).ravel(), "mean")
+    assert_close(var, rv.ravel(), 1e-12 * (spread * spread).ravel(), "var")
+    assert np.isnan(mean[[2, 4]]).all() and np.isnan(var[[2, 4]]).all()
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_short_inner_nonfinite_like_the_kernels(training, kernels_way):
+    # NaN and inf in some channels: the same NaNs, and the same values
+    # elsewhere, as the kernels' own way.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 10, 3, 3)).astype(np.float32)
+    x[5, 1, 0, 0] = np.nan
+    x[9, 3, 2, 1] = np.inf
+    x[9, 6, 2, 1], x[10, 6, 0, 0] = np.inf, -np.inf
+    g, b = rng.uniform(0.5, 2.0, 10), rng.standard_normal(10)
+    rm, rv = rng.standard_normal(10), rng.uniform(0.5, 2.0, 10)
+    rm[8] = np.nan
+    run = (lambda: fastnorm.batch_norm(x, g, b, training=training, return_stats=True)) \
+        if training else (lambda: fastnorm.batch_norm(x, g, b, rm, rv, training=False,
+                                                       return_stats=True))
+    assert _taken(x.shape, np.float32, (0, 2, 3))
+    ours = run()
+    kernels_way()
+    assert not _taken(x.shape, np.float32, (0, 2, 3))
+    theirs = run()
+    for a, b_, what in zip(ours, theirs, ("y", "mean", "rstd")):
+        assert_close(a, b_, 1e-5 * (np.abs(b_.astype(np.float64)) + 1), what)
+
+
+def test_layer_norm_axis_0_2_short_inner():
+    # Center mode through layer_norm: taken without gain; with a gain that
+    # varies along the reduced axes it is not (and still right).
+    rng = np.random.default_rng(4)
+    x = (5.0 + rng.standard_normal((48, 20, 12))).astype(np.float32)
+    assert _taken(x.shape, np.float32, (0, 2))
+    y = fastnorm.layer_norm(x, axis=(0, 2))
+    yr = ref_layer_norm(x, (0, 2))[0]
+    assert_close(y, yr, 2e-6 * (np.abs(yr) + 1), "layer_norm axis (0, 2)")
+    g = rng.uniform(0.5, 2.0, (48, 12))
+    assert not _taken(x.shape, np.float32, (0, 2), gamma=g.reshape(48, 1, 12))
+    y = fastnorm.layer_norm(x, g, axis=(0, 2))
+    yr = ref_layer_norm(x, (0, 2), g.reshape(48, 1, 12))[0]
+    assert_close(y, yr, 2e-6 * (np.abs(yr) + 1), "layer_norm axis (0, 2), gain")
+
+
+@pytest.mark.parametrize("case", ["float64", "few-rows", "long-inner", "strided",
+                                  "channels-last", "out-transposed"])
+def test_short_inner_other_calls_keep_the_kernels(case):
+    rng = np.random.default_rng(5)
+    shape, dtype, axes, out = (64, 8, 4, 4), np.float32, (0, 2, 3), None
+    if case == "float64":
+        dtype = np.float64
+    elif case == "few-rows":
+        shape = (8, 8, 4, 4)
+    elif case == "long-inner":
+        shape = (40, 4, 16, 16)
+    elif case == "channels-last":
+        axes = (0, 1, 2)
+    x = (2.0 + rng.standard_normal(shape)).astype(dtype)
+    if case == "strided":
+        x = (2.0 + rng.standard_normal(shape[:-1] + (8,))).astype(dtype)[..., ::2]
+    if case == "out-transposed":
+        out = np.empty(shape[::-1], dtype).T
+    plan = _regroup.plan(x, axes, "center", None, None, out)
+    assert plan is None, case
+    y = fastnorm.batch_norm(x, axis=axes, out=out)
+    yr = ref_layer_norm(x, axes)[0]
+    assert_close(y, yr, (2e-6 if dtype == np.float32 else 1e-13) * (np.abs(yr) + 1), case)
+
+
+def test_short_inner_threads_give_the_same_bits():
+    # Large enough for two threads; the columns kernel splits the rows by
+    # shape only, so one thread and two give the same bits.
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((128, 64, 7, 7)).astype(np.float32)
+    g, b = rng.uniform(0.5, 2.0, 64), rng.standard_normal(64)
+    assert _taken(x.shape, np.float32, (0, 2, 3))
+    results = []
+    for threads in (1, 2):
+        fastnorm.set_num_threads(threads)
+        try:
+            results.append(fastnorm.batch_norm(x, g, b, return_stats=True))
+        finally:
+            fastnorm.set_num_threads(None)
+    for a, b_ in zip(*results):
+        assert_bitwise(a, b_, "1 thread against 2")
+    yr = ref_layer_norm(x, (0, 2, 3), g.reshape(1, -1, 1, 1), b.reshape(1, -1, 1, 1))[0]
+    assert_close(results[0][0], yr, 2e-6 * (np.abs(yr) + 1), "y")
+
+
+def test_short_inner_in_place():
+    rng = np.random.default_rng(7)
+    x = (1.0 + rng.standard_normal((50, 12, 5))).astype(np.float32)
+    yr = ref_layer_norm(x, (0, 2))[0]
+    assert _taken(x.shape, np.float32, (0, 2))
+    y = fastnorm.batch_norm(x, out=x)
+    assert y is x
+    assert_close(x, yr, 2e-6 * (np.abs(yr) + 1), "in place")
