@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from . import _dispatch
+from . import _dispatch, _regroup
 from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out, detach,
                     keepdims_shape, reduced_mask, split_out, writable_target)
 from ._config import team_size
@@ -89,6 +89,9 @@ def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
         # still the caller's out).
         dgamma.fill(0.0)
         dbeta.fill(0.0)
+    elif (regrouped := _regroup.plan_backward(x, axes, dy, dx, gamma)) is not None:
+        _regroup.run_backward(dy, x, dx, regrouped, mode, gamma=gamma, mean=mean, rstd=rstd,
+                              dgamma=dgamma, dbeta=dbeta)
     else:
         k = _dispatch.backward
         k.backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),

@@ -1,4 +1,5 @@
-"""Per-channel statistics over a short inner axis, taken as columns.
+"""Per-channel statistics and gradients over a short inner axis, taken as
+columns.
 
 Batch norm over ``(N, C, H, W)`` with a small ``H * W`` (the last stages of
 a convolutional network, 7x7 or 4x4; ``(N, C, L)`` sequences) reduces every
@@ -11,6 +12,9 @@ layout the COLUMNS kernels stream at the speed of memory.  So: the moments
 of every column (Welford, float64), merged over the ``H * W`` columns of
 each channel with Chan's formula (equal counts); then the normalization of
 the matrix with each channel's coefficients repeated over its columns.
+Gradients alike: the gradient kernel sums every column, adds up each
+channel's columns (a group) before dx, and the parameter gradients are
+summed per channel here.
 
 Only float16/float32 data takes this way: their column means are exact in
 float64, so the merge loses nothing.  float64 data keeps the kernels' own
@@ -44,13 +48,25 @@ def plan(x, axes, mode, gamma, beta, y):
     """(rows, channels, inner) when the call is better run as columns, else
     None.  The kept axes must be one block with reduced axes on both sides,
     gain and bias constant along the reduced axes, x and y C-contiguous."""
-    if (mode not in ("stats", "center", "given") or x.dtype not in _REGROUPED_DTYPES
-            or not x.flags.c_contiguous or (y is not None and not y.flags.c_contiguous)):
+    if mode not in ("stats", "center", "given"):
+        return None
+    return _matrix(x, axes, (y,), (gamma, beta))
+
+
+def plan_backward(x, axes, dy, dx, gamma):
+    """The same for a gradient (any mode): x, dy and dx C-contiguous, gamma
+    (keepdims layout) constant along the reduced axes."""
+    return _matrix(x, axes, (dy, dx), (gamma,))
+
+
+def _matrix(x, axes, arrays, params):
+    if (x.dtype not in _REGROUPED_DTYPES or not x.flags.c_contiguous
+            or any(a is not None and not a.flags.c_contiguous for a in arrays)):
         return None
     kept = [i for i in range(x.ndim) if i not in axes]
     if not kept or kept[0] == 0 or kept[-1] == x.ndim - 1 or kept[-1] - kept[0] + 1 != len(kept):
         return None
-    for p in (gamma, beta):
+    for p in params:
         if p is not None and any(p.shape[i] != 1 for i in axes):
             return None
     rows = math.prod(x.shape[:kept[0]])
@@ -110,3 +126,19 @@ def run(x, shape, mode, *, keep, eps, gamma, beta, y, s0, s1, s2, given):
     k.normalize(x2, y.reshape(rows, channels * inner), g2, b2, _per_column(mean, keep, inner),
                 _per_column(rstd, keep, inner), None, (True, False), k.MODES["given"], eps,
                 team_size())
+
+
+def run_backward(dy, x, dx, shape, mode, *, gamma, mean, rstd, dgamma, dbeta):
+    """The gradient kernel on the matrix views, the columns of each channel
+    one group: dx written, dgamma and dbeta (gamma's keepdims shape) filled."""
+    rows, channels, inner = shape
+    k = _dispatch.backward
+    keep = gamma.shape
+    cols = channels * inner
+    dg, db = np.empty((1, cols)), np.empty((1, cols))
+    k.backward(dy.reshape(rows, cols), x.reshape(rows, cols), dx.reshape(rows, cols),
+               _per_column(gamma, keep, inner), _per_column(mean, keep, inner),
+               _per_column(rstd, keep, inner), dg, db, (True, False), k.MODES[mode],
+               team_size(), inner)
+    dgamma[...] = dg.reshape(channels, inner).sum(axis=1).reshape(keep)
+    dbeta[...] = db.reshape(channels, inner).sum(axis=1).reshape(keep)

@@ -75,6 +75,8 @@ cdef struct Grad:
     Py_ssize_t gshift         # where gamma's (moved) base sits in a buffer, bytes
     double* sums              # COLUMNS: per block, A of every slice, then B
     Py_ssize_t n_groups       # COLUMNS: outer kept indices x tiles of columns
+    Py_ssize_t group          # COLUMNS: this many adjacent columns are one
+                              # slice's (1: each column is a slice)
     const char* gamma
     char* dgamma
     char* dbeta
@@ -702,9 +704,10 @@ cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept 
 
 
 cdef void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
-    """A and B of slice si over all row blocks, in block order, scaled for
-    pass 2 (kept in block 0's place).  With one gamma entry per slice the
-    block sums are sum(dy) and sum(dy * xhat): they are dbeta and dgamma."""
+    """A and B of column si over all row blocks, in block order, scaled for
+    pass 2 (kept in block 0's place).  With one gamma entry per column the
+    block sums are sum(dy) and sum(dy * xhat): they are dbeta and dgamma.
+    With columns in groups, A and B stay unscaled for cols_fold_group."""
     cdef Py_ssize_t b, ns = g.sstride, off
     cdef double a = 0.0, bb = 0.0, gs
     cdef Odometer s
@@ -716,9 +719,35 @@ cdef void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
         off = s.off[OP_G]
         (<double*>(g.dbeta + g.gshift + off))[0] = a
         (<double*>(g.dgamma + g.gshift + off))[0] = bb
+        if g.group > 1:
+            g.sums[si] = a
+            g.sums[ns + si] = bb
+            return
         gs = (<const double*>(g.gamma + off))[0]
         a = a * gs
         bb = bb * gs
+    cols_scale(g, si, a, bb)
+
+
+cdef void cols_fold_group(const Grad* g, Py_ssize_t first) noexcept nogil:
+    """A and B of the slice whose columns are first .. first + group (their
+    sums in column order, then scaled by the slice's gamma), for each of
+    those columns."""
+    cdef Py_ssize_t ns = g.sstride, si
+    cdef double a = 0.0, bb = 0.0, gs
+    cdef Odometer s
+    for si in range(first, first + g.group):
+        a = a + g.sums[si]
+        bb = bb + g.sums[ns + si]
+    odo_init(&s, g.L.kept, g.L.n_kept, first)
+    gs = (<const double*>(g.gamma + s.off[OP_G]))[0]
+    for si in range(first, first + g.group):
+        cols_scale(g, si, a * gs, bb * gs)
+
+
+cdef inline void cols_scale(const Grad* g, Py_ssize_t si, double a, double bb) noexcept nogil:
+    """Column si's coefficients of pass 2 from its slice's A and B."""
+    cdef Py_ssize_t ns = g.sstride
     if g.mode == MODE_CENTER:
         g.sums[si] = a * g.inv_n
         g.sums[ns + si] = bb * g.inv_n
@@ -835,6 +864,9 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
                 cols_sums(g, i, ki)
         for i in prange(L.n_slices, num_threads=nthreads, schedule="static"):
             cols_fold(g, i)
+        if g.group > 1:
+            for i in prange(L.n_slices // g.group, num_threads=nthreads, schedule="static"):
+                cols_fold_group(g, i * g.group)
         for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
             cols_dx(g, i, ki, ko)
     else:
@@ -857,11 +889,14 @@ cdef int run_in(Grad* g, int nthreads, int out_code, in_t* ki) noexcept nogil:
 
 def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
              cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
-             tuple reduced, int mode, int nthreads):
+             tuple reduced, int mode, int nthreads, Py_ssize_t group=1):
     """One backward call.  dy and x share a float dtype; dx has x's shape;
     gamma, dgamma, dbeta are C-contiguous float64 arrays of one keepdims shape
     (gamma all ones where the forward had none); mean and rstd C-contiguous
-    float64 in keepdims layout (mean zeros for RMS)."""
+    float64 in keepdims layout (mean zeros for RMS).  group > 1: x is a
+    matrix whose rows are reduced and whose columns go in groups of `group`,
+    each group one slice (gamma, mean and rstd repeated over its columns);
+    dgamma and dbeta come per column, for the caller to sum per group."""
     cdef Layout L
     cdef Grad g
     cdef int rc, in_code = type_code(x), out_code = type_code(dx)
@@ -872,7 +907,12 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
     make_layout(&L, x, (dx, gamma, dy, mean, rstd, None), reduced)
     g.L = &L
     g.mode = mode
-    g.inv_n = 1.0 / <double>L.slice_len
+    if group > 1 and not (L.columns and x.ndim == 2 and L.n_slices % group == 0
+                          and gamma.size == L.n_slices):
+        raise ValueError("backward: columns in groups need a matrix whose columns are "
+                         "kept, a multiple of the group, and gamma per column")
+    g.group = group
+    g.inv_n = 1.0 / <double>(L.slice_len * group)
     g.n_param = gamma.size
     g.gamma = <const char*>cnp.PyArray_DATA(gamma)
     g.dgamma = <char*>cnp.PyArray_DATA(dgamma)

@@ -17,7 +17,7 @@ import fastnorm
 from fastnorm import _regroup
 from checks import check_batch_norm
 from reference import (assert_bitwise, assert_close, moments, ref_layer_norm, ref_mean_var,
-                       ref_running_update)
+                       ref_norm_grads, ref_running_update, tiny)
 from strategies import OUT_MODES, PARAM_KINDS, STATS_OUT, VALUE_KINDS
 
 LD = np.longdouble
@@ -201,3 +201,92 @@ def test_short_inner_in_place():
     y = fastnorm.batch_norm(x, out=x)
     assert y is x
     assert_close(x, yr, 2e-6 * (np.abs(yr) + 1), "in place")
+
+
+# ---------------------------------------------------------------------------
+# Gradients: the same matrix view, each channel's columns one group whose
+# sums the kernel adds up before dx.
+
+@st.composite
+def short_inner_grads(draw):
+    dtype = draw(st.sampled_from([np.float16, np.float32]))
+    min_rows = _regroup.MIN_COLUMN_BYTES // np.dtype(dtype).itemsize
+    inner = draw(st.lists(st.integers(1, 10), min_size=1, max_size=2)
+                 .filter(lambda s: 1 < math.prod(s) <= _regroup.INNER_MAX))
+    shape = (draw(st.integers(min_rows, min_rows + 40)), draw(st.integers(1, 9)), *inner)
+    return dict(shape=shape, dtype=dtype, training=draw(st.booleans()),
+                gamma=draw(st.sampled_from([None, "named", "broadcast"])),
+                out=draw(st.booleans()), seed=draw(st.integers(0, 2**32 - 1)))
+
+
+def _grad_problem(spec):
+    rng = np.random.default_rng(spec["seed"])
+    shape, dtype = spec["shape"], spec["dtype"]
+    x = (1.5 + rng.standard_normal(shape)).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    keep = (1, shape[1]) + (1,) * (len(shape) - 2)
+    gamma = {None: None, "named": rng.uniform(0.5, 2.0, shape[1]),
+             "broadcast": np.full((1,) * len(shape), 1.7)}[spec["gamma"]]
+    _, mean, rstd = fastnorm.batch_norm(x, gamma, return_stats=True)
+    return x, dy, gamma, mean, rstd, keep
+
+
+@given(short_inner_grads())
+def test_batch_norm_backward_short_inner_matches_reference(spec):
+    x, dy, gamma, mean, rstd, keep = _grad_problem(spec)
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    g_keep = None if gamma is None else np.broadcast_to(np.reshape(gamma, (1, -1) + (1,) * (
+        x.ndim - 2)) if np.ndim(gamma) == 1 else gamma, keep)
+    assert _regroup.plan_backward(x, axes, dy, None, g_keep) is not None
+    out = np.full(x.shape, 7.0, x.dtype) if spec["out"] else None
+    dx, dg, db = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma,
+                                              training=spec["training"], out=out)
+    if out is not None:
+        assert dx is out
+    mode = "center" if spec["training"] else "scale"
+    gk = None if gamma is None else (np.reshape(gamma, keep) if np.ndim(gamma) == 1 else gamma)
+    ref = ref_norm_grads(dy, x, axes, (1,), gk, mode, stats=(mean, rstd))
+    tol = {np.float32: 1e-5, np.float16: 4e-3}[spec["dtype"]]
+    assert_close(dx, ref["dx"], tol * ref["dx_scale"] + tiny(spec["dtype"]), "dx")
+    shape = (x.shape[1],) if gamma is None or np.ndim(gamma) == 1 else np.shape(gamma)
+    assert dg.shape == shape and db.shape == shape
+    assert_close(dg, ref["dgamma"].reshape(shape), 1e-5 * ref["dgamma_scale"].reshape(shape),
+                 "dgamma")
+    assert_close(db, ref["dbeta"].reshape(shape), 1e-5 * ref["dbeta_scale"].reshape(shape),
+                 "dbeta")
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batch_norm_backward_short_inner_like_the_kernels(training, threads, kernels_way):
+    # Large enough for two threads; the same dx (to rounding) and the same
+    # parameter sums as the kernels' own way, NaN where they give NaN.
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((96, 48, 5, 5)).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    dy[3, 7, 0, 0] = np.nan
+    g = rng.uniform(0.5, 2.0, 48)
+    _, mean, rstd = fastnorm.batch_norm(x, g, return_stats=True)
+    assert _regroup.plan_backward(x, (0, 2, 3), dy, None, None) is not None
+    fastnorm.set_num_threads(threads)
+    try:
+        ours = fastnorm.batch_norm_backward(dy, x, mean, rstd, g, training=training)
+        kernels_way()
+        theirs = fastnorm.batch_norm_backward(dy, x, mean, rstd, g, training=training)
+    finally:
+        fastnorm.set_num_threads(None)
+    for a, b_, what in zip(ours, theirs, ("dx", "dgamma", "dbeta")):
+        scale = np.abs(b_.astype(np.float64))
+        assert_close(a, b_, 1e-5 * (scale + 1), what)
+    assert np.isnan(ours[0][:, 7]).all() == training
+
+
+def test_backward_groups_are_checked():
+    # The kernel's guard: columns in groups only for a matrix of whole groups.
+    from fastnorm import _dispatch
+    k = _dispatch.backward
+    x = np.ones((40, 10), np.float32)
+    one = np.ones((1, 10))
+    with pytest.raises(ValueError, match="groups"):
+        k.backward(x, x, np.empty_like(x), one, one, one, np.empty((1, 10)), np.empty((1, 10)),
+                   (True, False), k.MODES["center"], 1, 3)
