@@ -52,6 +52,8 @@ SHAPES = {
     # images, channels on axis 1 or axis 3
     "NCHW": {"small": (4, 16, 32, 32), "large": (16, 64, 64, 64)},
     "NHWC": {"small": (4, 32, 32, 16), "large": (16, 64, 64, 64)},
+    # images of a network's last stages: 7x7 maps, channels on axis 1
+    "NCHW7x7": {"small": (20, 64, 7, 7), "large": (256, 320, 7, 7)},
     # convolution weights (out, in, kh, kw), one statistic per output channel
     "OIHW": {"small": (64, 64, 4, 4), "large": (512, 512, 4, 4)},
 }
@@ -416,16 +418,17 @@ OPS = [
     Op("mean_var", {"rows": -1, "columns": 0, "NCHW": (0, 2, 3), "NHWC": (0, 1, 2)}, _mean_var),
     Op("layer_norm", {"rows": -1, "columns": 0, "NCHW": (1, 2, 3)}, _layer_norm),
     Op("rms_norm", {"rows": -1, "columns": 0}, _rms_norm),
-    Op("batch_norm", {"columns": None, "NCHW": None, "NHWC": (0, 1, 2)}, _batch_norm_train,
+    Op("batch_norm", {"columns": None, "NCHW": None, "NHWC": (0, 1, 2), "NCHW7x7": None},
+       _batch_norm_train, all_but_1),
+    Op("batch_norm_eval", {"NCHW": None, "NHWC": (0, 1, 2), "NCHW7x7": None}, _batch_norm_eval,
        all_but_1),
-    Op("batch_norm_eval", {"NCHW": None, "NHWC": (0, 1, 2)}, _batch_norm_eval, all_but_1),
     Op("group_norm", {"NCHW": 1, "NHWC": -1}, _group_norm),           # argument: channel_axis
     Op("instance_norm", {"NCHW": 1, "NHWC": -1}, _instance_norm),     # argument: channel_axis
     Op("weight_norm", {"rows": None, "OIHW": None}, _weight_norm, all_but_0),
     Op("weight_standardize", {"rows": None, "OIHW": None}, _weight_standardize, all_but_0),
     Op("layer_norm_backward", {"rows": -1, "columns": 0}, _layer_norm_backward),
     Op("rms_norm_backward", {"rows": -1, "columns": 0}, _rms_norm_backward),
-    Op("batch_norm_backward", {"columns": None, "NCHW": None, "NHWC": (0, 1, 2)},
-       _batch_norm_backward, all_but_1),
+    Op("batch_norm_backward", {"columns": None, "NCHW": None, "NHWC": (0, 1, 2),
+                               "NCHW7x7": None}, _batch_norm_backward, all_but_1),
     Op("group_norm_backward", {"NCHW": 1, "NHWC": -1}, _group_norm_backward),  # channel_axis
 ]
