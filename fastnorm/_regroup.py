@@ -19,8 +19,9 @@ summed per channel here.
 Only float16/float32 data takes this way: their column means are exact in
 float64, so the merge loses nothing.  float64 data keeps the kernels' own
 way, whose shift by a value of each slice the merge of absolute column
-means would undo.  The per-column arrays cost 32 bytes per column; the
-rows must be many enough for that to stay a quarter of x or less.
+means would undo.  The per-column arrays cost 32 bytes per column (40 for
+a gradient); the rows must be many enough for that to stay about a quarter
+of x or less.
 """
 import math
 
@@ -38,7 +39,7 @@ from ._config import team_size
 #   and (1024, 256, 16) 17.1 -> 2.4.
 INNER_MAX = 100
 # Bytes of x per column, at least: 4 x 8 bytes of per-column arrays are then
-# a quarter of x at most.
+# a quarter of x at most (5 x 8 for a gradient, which also reads dy).
 MIN_COLUMN_BYTES = 128
 
 _REGROUPED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
