@@ -35,7 +35,9 @@ def _poison(x, axes, bad, rng, where):
 
 
 SHAPES = [((9, 37), (1,)), ((9, 37), (0,)), ((3, 9000), (1,)), ((2, 5000, 3), (1,)),
-          ((600, 40), (0,)), ((4, 6, 5), (0, 2)), ((4, 3, 300), (0, 2))]
+          ((600, 40), (0,)), ((4, 6, 5), (0, 2)), ((4, 3, 300), (0, 2)),
+          # short slices, several to a vector (fastnorm's short_slices)
+          ((40, 9), (1,)), ((11, 3, 8), (2,))]
 
 
 @pytest.mark.parametrize("shape,axes", SHAPES)
