@@ -44,6 +44,7 @@ STREAMING = [
     Case("layer_norm rows", "layer_norm", (8192, 1024), -1, 1.15),
     Case("layer_norm rows", "layer_norm", (16384, 4096), -1, 1.15),
     Case("layer_norm last 2 axes", "layer_norm", (64, 196, 768), (1, 2), 1.15),
+    Case("layer_norm short rows", "layer_norm", (131072, 32), -1, 1.15),
     Case("layer_norm axis 0", "layer_norm", (4096, 4096), 0, 1.3),
     Case("batch_norm NCHW", "batch_norm", (64, 64, 56, 56), None, 1.6),
     Case("batch_norm NHWC", "batch_norm", (64, 56, 56, 64), (0, 1, 2), 1.6),
