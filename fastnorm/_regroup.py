@@ -23,6 +23,7 @@ means would undo.  The per-column arrays cost 32 bytes per column (40 for
 a gradient); the rows must be many enough for that to stay about a quarter
 of x or less.
 """
+import functools
 import math
 
 import numpy as np
@@ -61,21 +62,29 @@ def plan_backward(x, axes, dy, dx, gamma):
 
 
 def _matrix(x, axes, arrays, params):
-    if (x.dtype not in _REGROUPED_DTYPES or not x.flags.c_contiguous
+    # Asked of every call, so the shape's part is looked up, not redone.
+    split = _split(x.shape, tuple(axes), INNER_MAX)
+    if (split is None or x.dtype not in _REGROUPED_DTYPES
+            or split[0] * x.dtype.itemsize < MIN_COLUMN_BYTES or not x.flags.c_contiguous
             or any(a is not None and not a.flags.c_contiguous for a in arrays)):
-        return None
-    kept = [i for i in range(x.ndim) if i not in axes]
-    if not kept or kept[0] == 0 or kept[-1] == x.ndim - 1 or kept[-1] - kept[0] + 1 != len(kept):
         return None
     for p in params:
         if p is not None and any(p.shape[i] != 1 for i in axes):
             return None
-    rows = math.prod(x.shape[:kept[0]])
-    channels = math.prod(x.shape[kept[0]:kept[-1] + 1])
-    inner = math.prod(x.shape[kept[-1] + 1:])
-    if not 1 < inner <= INNER_MAX or rows * x.dtype.itemsize < MIN_COLUMN_BYTES:
+    return split
+
+
+@functools.lru_cache(maxsize=512)
+def _split(shape, axes, inner_max):
+    """(rows, channels, inner) of x's shape when the kept axes are one block
+    with reduced axes on both sides and at most inner_max values inside."""
+    kept = [i for i in range(len(shape)) if i not in axes]
+    if not kept or kept[0] == 0 or kept[-1] == len(shape) - 1 or kept[-1] - kept[0] + 1 != len(kept):
         return None
-    return rows, channels, inner
+    inner = math.prod(shape[kept[-1] + 1:])
+    if not 1 < inner <= inner_max:
+        return None
+    return math.prod(shape[:kept[0]]), math.prod(shape[kept[0]:kept[-1] + 1]), inner
 
 
 def _per_column(a, keep_shape, inner):
