@@ -23,12 +23,12 @@ means would undo.  The per-column arrays cost 32 bytes per column (40 for
 a gradient); the rows must be many enough for that to stay about a quarter
 of x or less.
 """
-import functools
 import math
 
 import numpy as np
 
 from . import _dispatch
+from ._args import _cached
 from ._config import team_size
 
 # Most values per run (product of the reduced axes after the kept ones) for
@@ -74,7 +74,7 @@ def _matrix(x, axes, arrays, params):
     return split
 
 
-@functools.lru_cache(maxsize=512)
+@_cached
 def _split(shape, axes, inner_max):
     """(rows, channels, inner) of x's shape when the kept axes are one block
     with reduced axes on both sides and at most inner_max values inside."""

@@ -437,7 +437,7 @@ cdef void short_slices(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, i
                 xp = L.base[OP_X] + s.off[OP_X]
                 piv[l] = pick_pivot(sload(xp, ki), ki)
                 for j in range(n):
-                    buf[j * FN_W + l] = shifted_scalar(sload(xp + j * sx, ki), piv[l], ki)
+                    buf[j * FN_W + l] = sload(xp + j * sx, ki) - piv[l]
                 odo_next(&s, L.kept, L.n_kept)
             else:
                 piv[l] = 0.0
@@ -458,13 +458,6 @@ cdef void short_slices(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, i
             if p.has_y:
                 normalize_block(p, &at[l], &r, 0, n, c, NULL, ki, ko)
         i = i + lanes
-
-
-cdef inline double shifted_scalar(double v, double pivot, in_t* kind) noexcept nogil:
-    """v - pivot for float64 data (as shifted() does for vectors)."""
-    if in_t is double:
-        return v - pivot
-    return v
 
 
 cdef void slice_item_stats(const SlicePlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
