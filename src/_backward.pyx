@@ -22,6 +22,7 @@
 # pass 2 reads them again (from cache, for a slice that fits) and writes dx.
 
 from cython.parallel cimport prange
+from libc.math cimport fabs
 from libc.stdlib cimport malloc, calloc, free
 cimport numpy as cnp
 
@@ -56,6 +57,7 @@ cdef enum:
                                     # (see _sweep.pxd)
     ROWS = 4                        # slices whose parameter sums share one
                                     # pass over the partial buffers
+    G32_MAX = 1 << 20               # entries of gamma copied to float32 at most
 
 MODES = {"center": MODE_CENTER, "rms": MODE_RMS, "scale": MODE_SCALE}
 
@@ -80,6 +82,12 @@ cdef struct Grad:
     const char* gamma
     char* dgamma
     char* dbeta
+    float* c32                # float32 data and dx, COLUMNS: per slice the
+                              # coefficients of fn_grad_cols_f32 (m, k1, k2,
+                              # k0, each sstride apart), or NULL
+    float* g32                # float32 data and dx, SLICES: gamma as float
+                              # (gamma's own layout), or NULL
+    double g32_max            # the largest magnitude in g32
 
 
 cdef inline Py_ssize_t block_count(Py_ssize_t units, Py_ssize_t min_per_block,
@@ -113,6 +121,53 @@ cdef inline void add_partials(const Grad* g, Py_ssize_t lo, Py_ssize_t hi) noexc
             sb = sb + part[g.pstride + p]
         (<double*>g.dgamma)[p] = sg
         (<double*>g.dbeta)[p] = sb
+
+
+# ---------------------------------------------------------------------------
+# float32 data and dx: pass 2 in float32 arithmetic (fastnorm_simd.h), from
+# coefficients worked out in float64 once per slice.
+
+cdef inline bint tame(double v) noexcept nogil:
+    """Whether float32 holds v with room to spare: no overflow in a
+    product with data, no flush to zero."""
+    return fabs(v) < 1e30 and (v == 0.0 or fabs(v) > 1e-30)
+
+
+cdef inline bint f32_coefs(double m, double r, double gr, double a, double b,
+                           float* k) noexcept nogil:
+    """k = (m rounded to float, k1, k2, k0) of fn_grad_*_f32 for a slice of
+    mean m and rstd r, with gr = gamma * r and pass 2's a, b; false when
+    float32 cannot hold them with room to spare (NaN and inf included: the
+    float64 pass takes the call then)."""
+    cdef float mf = <float>m
+    cdef double rrb = r * r * b
+    cdef double k0 = (m - <double>mf) * rrb - r * a
+    if not (fabs(m) < 1e30 and tame(r) and tame(gr) and tame(rrb) and fabs(k0) < 1e30):
+        return False
+    k[0] = mf
+    k[1] = <float>gr
+    k[2] = <float>(-rrb)
+    k[3] = <float>k0
+    return True
+
+
+cdef float* gamma_f32(const Grad* g, double* largest) noexcept nogil:
+    """gamma (its n_param entries as laid out) in float32, and its largest
+    magnitude; NULL when an entry does not fit float32 with room to spare,
+    or on a failed allocation."""
+    cdef const double* src = <const double*>(g.gamma - g.gshift)
+    cdef float* out = <float*>malloc(g.n_param * sizeof(float))
+    cdef Py_ssize_t i
+    largest[0] = 0.0
+    if out == NULL:
+        return NULL
+    for i in range(g.n_param):
+        if not tame(src[i]):
+            free(out)
+            return NULL
+        out[i] = <float>src[i]
+        largest[0] = max(largest[0], fabs(src[i]))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -208,13 +263,29 @@ cdef inline fn_vd dx_vec(const char* xp, const char* dyp, const double* gp,
 
 
 cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
-                        const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
+                        const char* gp, Py_ssize_t sg, const float* g32, double g32_max,
+                        char* dxp, Py_ssize_t sdx,
                         Py_ssize_t n, double m, double r, double a, double b, bint stream,
                         const char* x_ahead, const char* dy_ahead,
                         in_t* ki, out_t* ko) noexcept nogil:
     """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b); with
-    `stream`, aligned vectors of dx bypass the cache."""
+    `stream`, aligned vectors of dx bypass the cache.  g32: this run's gamma
+    in float32 (when it varies along the run), or NULL."""
     cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b)
+    cdef float k[4]
+    cdef float gr
+    if in_t is float and out_t is float:
+        if sx == sizeof(float) and sdy == sizeof(float) and sdx == sizeof(float):
+            if sg == 0 and f32_coefs(m, r, r * (<const double*>gp)[0], a, b, k):
+                gr = k[1]
+                fn_grad_run_f32(<const float*>xp, <const float*>dyp, <float*>dxp, &gr, 0, 1.0,
+                                k[0], k[2], k[3], n, stream, x_ahead, dy_ahead)
+                return
+            if (sg == sizeof(double) and g32 != NULL
+                    and f32_coefs(m, r, r * g32_max, a, b, k)):
+                fn_grad_run_f32(<const float*>xp, <const float*>dyp, <float*>dxp, g32, 1,
+                                <float>r, k[0], k[2], k[3], n, stream, x_ahead, dy_ahead)
+                return
     # dx = r*dy*gamma - r*a - (x - m)*r*r*b = dy*(gamma*r) + x*c1 + c0
     cdef fn_vd c1 = fn_set1(-r * r * b), c0 = fn_set1(m * r * r * b - r * a), t
     cdef Param g
@@ -315,9 +386,11 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
         prefetch_slice(L, si + 1, OP_DY)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
+        go = s.off[OP_G] + r.off[OP_G]
         run_dx(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
                L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
-               g.gamma + s.off[OP_G] + r.off[OP_G], inner.stride[OP_G],
+               g.gamma + go, inner.stride[OP_G],
+               g.g32 + (g.gshift + go) // sizeof(double) if g.g32 != NULL else NULL, g.g32_max,
                L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], inner.stride[OP_DX],
                inner.size, m, rs, a, b, L.stream, NULL, NULL, ki, ko)
         odo_next(&r, L.red, L.n_red - 1)
@@ -428,6 +501,7 @@ cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
     for k in range(ROWS):
         slice_coefs(g, &acc[k], &a, &b)
         run_dx(xp[k], sizeof(in_t), dyp[k], sizeof(in_t), g.gamma, sizeof(double),
+               g.g32 + g.gshift // sizeof(double) if g.g32 != NULL else NULL, g.g32_max,
                dxp[k], L.red[0].stride[OP_DX], n, m[k], rs[k], a, b, L.stream, xa[k], da[k], ki, ko)
 
 
@@ -759,6 +833,41 @@ cdef inline void cols_scale(const Grad* g, Py_ssize_t si, double a, double bb) n
         g.sums[ns + si] = 0.0
 
 
+cdef int cols_coefs_f32(const Grad* g, Py_ssize_t si) noexcept nogil:
+    """Column si's float32 coefficients for cols_dx (after the folds);
+    returns 1 when float32 cannot hold them, else 0."""
+    cdef Py_ssize_t ns = g.sstride
+    cdef Odometer s
+    cdef double m, r, gs
+    cdef float k[4]
+    odo_init(&s, g.L.kept, g.L.n_kept, si)
+    m = (<const double*>(g.L.stat[0] + s.off[OP_S]))[0]
+    r = (<const double*>(g.L.stat[1] + s.off[OP_S]))[0]
+    gs = (<const double*>(g.gamma + s.off[OP_G]))[0]
+    if not f32_coefs(m, r, gs * r, g.sums[si], g.sums[ns + si], k):
+        return 1
+    g.c32[si] = k[0]
+    g.c32[ns + si] = k[1]
+    g.c32[2 * ns + si] = k[2]
+    g.c32[3 * ns + si] = k[3]
+    return 0
+
+
+cdef inline bint cols_f32_fit(const Grad* g) noexcept nogil:
+    """Whether cols_dx can run in float32: columns contiguous in x, dy and
+    dx, and gamma the same for every row (one coefficient set per column)."""
+    cdef const Layout* L = g.L
+    cdef const Axis* vec = &L.kept[L.n_kept - 1]
+    cdef int j
+    if (vec.stride[OP_X] != sizeof(float) or vec.stride[OP_DY] != sizeof(float)
+            or vec.stride[OP_DX] != sizeof(float)):
+        return False
+    for j in range(L.n_red):
+        if L.red[j].stride[OP_G] != 0:
+            return False
+    return True
+
+
 cdef inline void cols_dx_at(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
                             const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
                             const Cols* t, const double* ab, const double* bs, Py_ssize_t c,
@@ -787,6 +896,7 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
     cdef const double* bs
     cdef Param gv
     cdef fn_vd xh, tv
+    cdef const float* k32
     for grp in range(g.n_groups):
         cols_of(g, grp, &t)
         ab = g.sums + t.slice0
@@ -797,6 +907,14 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
             gp = g.gamma + col_off(L, &t, &row, OP_G)
             dxp = L.base[OP_DX] + col_off(L, &t, &row, OP_DX)
+            if in_t is float and out_t is float:
+                if g.c32 != NULL:
+                    k32 = g.c32 + t.slice0
+                    fn_grad_cols_f32(<const float*>xp, <const float*>dyp, <float*>dxp, k32,
+                                     k32 + g.sstride, k32 + 2 * g.sstride, k32 + 3 * g.sstride,
+                                     t.width, L.stream)
+                    odo_next(&row, L.red, L.n_red)
+                    continue
             c = 0
             if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
                     and param_init(&gv, gp, sg)):
@@ -829,7 +947,7 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
 
 cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef const Layout* L = g.L
-    cdef Py_ssize_t i, n_blocks
+    cdef Py_ssize_t i, n_blocks, n_bad
     cdef Py_ssize_t units = L.slice_len if L.columns else L.n_slices
     cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
     g.pstride = spaced(g.n_param)
@@ -843,6 +961,9 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         if L.red[i].stride[OP_G] != 0:
             g.slice_param = False
     g.sums = NULL
+    g.c32 = NULL
+    g.g32 = NULL
+    g.g32_max = 0.0
     g.partial = <double*>calloc(0 if g.slice_param else 2 * g.n_blocks * g.pstride,
                                 sizeof(double))
     if g.partial == NULL and not g.slice_param:
@@ -867,15 +988,30 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         if g.group > 1:
             for i in prange(L.n_slices // g.group, num_threads=nthreads, schedule="static"):
                 cols_fold_group(g, i * g.group)
+        if in_t is float and out_t is float:
+            if cols_f32_fit(g):
+                g.c32 = <float*>malloc(4 * g.sstride * sizeof(float))
+            if g.c32 != NULL:
+                n_bad = 0
+                for i in prange(L.n_slices, num_threads=nthreads, schedule="static"):
+                    n_bad += cols_coefs_f32(g, i)
+                if n_bad:
+                    free(g.c32)
+                    g.c32 = NULL
         for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
             cols_dx(g, i, ki, ko)
     else:
+        if in_t is float and out_t is float:
+            if L.red[L.n_red - 1].stride[OP_G] == sizeof(double) and g.n_param <= G32_MAX:
+                g.g32 = gamma_f32(g, &g.g32_max)
         for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
             slice_block(g, i, ki, ko)
     if not g.slice_param:
         add_partials(g, 0, g.n_param)
     free(g.partial)
     free(g.sums)
+    free(g.c32)
+    free(g.g32)
     return 0
 
 

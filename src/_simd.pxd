@@ -42,6 +42,12 @@ cdef extern from "fastnorm_simd.h" nogil:
                                const float* e, Py_ssize_t n, float g, float b, int stream)
     void fn_normalize_periodic_f32(const float* x, float* y, Py_ssize_t total, const float* m,
                                    const float* s, const float* e, Py_ssize_t n, int stream)
+    void fn_grad_cols_f32(const float* x, const float* dy, float* dx, const float* m,
+                          const float* k1, const float* k2, const float* k0, Py_ssize_t n,
+                          int stream)
+    void fn_grad_run_f32(const float* x, const float* dy, float* dx, const float* g,
+                         Py_ssize_t g_inc, float r, float m, float k2, float k0, Py_ssize_t n,
+                         int stream, const char* x_ahead, const char* dy_ahead)
 
     double fn_half_to_double(half_t h)
     half_t fn_double_to_half(double v)

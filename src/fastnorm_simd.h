@@ -408,6 +408,62 @@ static inline void fn_normalize_periodic_f32(const float *x, float *y, ptrdiff_t
 }
 
 /* ------------------------------------------------------------------ */
+/* float32 in, float32 out: the gradient's dx pass in float32 arithmetic.
+ *
+ * dx = r * (dy * gamma - a - xhat * b) is, with m the mean rounded to float
+ * and d = mean - m what the rounding left,
+ *     dx = dy * (gamma r) + (x - m) * (-r^2 b) + (d r^2 b - r a),
+ * x - m being exact near the mean (Sterbenz) as in the forward pass: each
+ * term keeps float32's relative error however large the mean.  The pass
+ * before (the sums) stays in float64: it adds up a whole slice. */
+#if defined(__GNUC__) || defined(__clang__)
+/* One row of a tile of columns, column c's coefficients m, k1 (= gamma r),
+ * k2 (= -r^2 b) and k0 (the constant) at [c]. */
+static inline void fn_grad_cols_f32(const float *x, const float *dy, float *dx, const float *m,
+                                    const float *k1, const float *k2, const float *k0,
+                                    ptrdiff_t n, int stream)
+{
+    ptrdiff_t i = 0;
+    for (ptrdiff_t head = fn_head_f32(dx, n, stream); i < head; i++)
+        dx[i] = dy[i] * k1[i] + ((x[i] - m[i]) * k2[i] + k0[i]);
+    for (; i + FN_WF <= n; i += FN_WF)
+        fn_put_f32(dx + i, fn_loadu_f32(dy + i) * fn_loadu_f32(k1 + i)
+                           + ((fn_loadu_f32(x + i) - fn_loadu_f32(m + i)) * fn_loadu_f32(k2 + i)
+                              + fn_loadu_f32(k0 + i)), stream);
+    for (; i < n; i++)
+        dx[i] = dy[i] * k1[i] + ((x[i] - m[i]) * k2[i] + k0[i]);
+}
+
+/* One run of a slice: gamma along the run (g_inc 1) or one value (g_inc 0),
+ * times r; the slice's m, k2, k0 as above.  x_ahead and dy_ahead (or NULL)
+ * are the next run's, fetched into the second-level cache a line per line
+ * of dx written. */
+static inline void fn_grad_run_f32(const float *x, const float *dy, float *dx, const float *g,
+                                   ptrdiff_t g_inc, float r, float m, float k2, float k0,
+                                   ptrdiff_t n, int stream, const char *x_ahead,
+                                   const char *dy_ahead)
+{
+    ptrdiff_t i = 0;
+    fn_vf32 vr = fn_set1_f32(r), vm = fn_set1_f32(m), v2 = fn_set1_f32(k2),
+            v0 = fn_set1_f32(k0), vg = fn_set1_f32(g[0] * r);
+    for (ptrdiff_t head = fn_head_f32(dx, n, stream); i < head; i++)
+        dx[i] = dy[i] * (g[i * g_inc] * r) + ((x[i] - m) * k2 + k0);
+    for (; i + FN_WF <= n; i += FN_WF) {
+        if (x_ahead != NULL && i % 16 < FN_WF) {
+            fn_prefetch_l2(x_ahead + i * sizeof(float));
+            fn_prefetch_l2(dy_ahead + i * sizeof(float));
+        }
+        if (g_inc)
+            vg = fn_loadu_f32(g + i) * vr;
+        fn_put_f32(dx + i, fn_loadu_f32(dy + i) * vg + ((fn_loadu_f32(x + i) - vm) * v2 + v0),
+                   stream);
+    }
+    for (; i < n; i++)
+        dx[i] = dy[i] * (g[i * g_inc] * r) + ((x[i] - m) * k2 + k0);
+}
+#endif
+
+/* ------------------------------------------------------------------ */
 /* Runtime CPU detection, used by the baseline module to pick a level.  */
 static inline int fn_cpu_has_x86_64_v3(void)
 {
