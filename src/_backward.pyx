@@ -44,7 +44,8 @@ cdef enum:
 cdef enum:
     MAX_BLOCKS = 64                 # partial-sum blocks at most...
     MAX_PARTIAL_BYTES = 32 << 20    # ...and at most this much memory for them
-    SLICES_PER_BLOCK_MIN = 16
+    SLICE_BLOCK_BYTES = 256 << 10   # of x, at least, in a block of slices: its
+                                    # partial sums cost a fraction of reading it
     ROWS_PER_BLOCK_MIN = 64
     COL_TILE = 1024                 # columns per tile (COLUMNS pattern)
     PARALLEL_MIN = 1 << 16          # one thread below (see _kernels.pyx)
@@ -108,19 +109,21 @@ cdef inline Py_ssize_t spaced(Py_ssize_t n) noexcept nogil:
 
 
 cdef inline void add_partials(const Grad* g, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    """dgamma[p] and dbeta[p] for p in [lo, hi): the blocks' sums, in block order."""
+    """dgamma[p] and dbeta[p] for p in [lo, hi): the blocks' sums, in block
+    order (block by block, so that each block's buffer is read in one
+    sweep; every entry still adds its blocks in the same order)."""
     cdef Py_ssize_t p, b
-    cdef double sg, sb
     cdef double* part
+    cdef double* dg = <double*>g.dgamma
+    cdef double* db = <double*>g.dbeta
     for p in range(lo, hi):
-        sg = 0.0
-        sb = 0.0
-        for b in range(g.n_blocks):
-            part = g.partial + 2 * b * g.pstride
-            sg = sg + part[p]
-            sb = sb + part[g.pstride + p]
-        (<double*>g.dgamma)[p] = sg
-        (<double*>g.dbeta)[p] = sb
+        dg[p] = 0.0
+        db[p] = 0.0
+    for b in range(g.n_blocks):
+        part = g.partial + 2 * b * g.pstride
+        for p in range(lo, hi):
+            dg[p] = dg[p] + part[p]
+            db[p] = db[p] + part[g.pstride + p]
 
 
 # ---------------------------------------------------------------------------
@@ -947,13 +950,17 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
 
 cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef const Layout* L = g.L
-    cdef Py_ssize_t i, n_blocks, n_bad
+    cdef Py_ssize_t i, n_blocks, n_bad, min_per_block
     cdef Py_ssize_t units = L.slice_len if L.columns else L.n_slices
     cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
     g.pstride = spaced(g.n_param)
     g.sstride = spaced(L.n_slices)
-    n_blocks = block_count(units, ROWS_PER_BLOCK_MIN if L.columns else SLICES_PER_BLOCK_MIN,
-                           per_unit * sizeof(double))
+    if L.columns:
+        min_per_block = ROWS_PER_BLOCK_MIN
+    else:
+        min_per_block = max(<Py_ssize_t>1, SLICE_BLOCK_BYTES // max(<Py_ssize_t>1,
+                                                                    L.slice_len * sizeof(in_t)))
+    n_blocks = block_count(units, min_per_block, per_unit * sizeof(double))
     g.per_block = (units + n_blocks - 1) // n_blocks
     g.n_blocks = (units + g.per_block - 1) // g.per_block
     g.slice_param = L.columns and g.n_param == L.n_slices

@@ -342,12 +342,13 @@ def test_every_simd_level(simd_level, func):
 
 
 # Shapes large enough to run on several threads (more than 2**16 values) and
-# cut into several blocks.
+# cut into several blocks: 64 rows at least in a block of rows, 256 KiB of x
+# at least in a block of slices (so float32 slices need over 512 KiB).
 THREAD_CASES = {
     "rows_axis0": ((1000, 70), (0,), (7, 1)),
-    "rows_axis1": ((1000, 70), (1,), (7, 1)),
+    "rows_axis1": ((5000, 70), (1,), (7, 1)),
     "wide_columns": ((130, 1100), (0,), (11, 1)),
-    "nchw": ((16, 16, 18, 18), (0, 2, 3), (4, 1)),
+    "nchw": ((40, 16, 18, 18), (0, 2, 3), (4, 1)),
     "nhwc": ((16, 18, 18, 16), (0, 1, 2), (16, -1)),
 }
 
