@@ -58,8 +58,12 @@ cdef enum:
     # continue periodically for a vector (fn_normalize_periodic_f32).
     WRAP = 32
     COEF32_STRIDE = 3 * (COL_TILE + WRAP)
-    # Rows per block of the COLUMNS pattern are at least this many...
+    # Rows per block of the COLUMNS pattern are at least this many, and
+    # enough for this many bytes of a tile (each block's Welford state, 16
+    # bytes a column, is zeroed, written and folded: 64 rows of 1024 float32
+    # columns spent 14% of mean_var on it)...
     ROW_BLOCK_MIN = 64
+    COL_BLOCK_BYTES = 1 << 20
     # ...and blocks times tiles at most this many (bounds the scratch memory).
     MAX_COL_ITEMS = 128
     # COLUMNS prefetch the row this many rows ahead when rows are apart in
@@ -1122,7 +1126,7 @@ cdef void column_rows_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
 cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
                         in_t* ki, out_t* ko) noexcept nogil:
     cdef ColumnPlan p
-    cdef Py_ssize_t i, n_items, n_out_items, cap
+    cdef Py_ssize_t i, n_items, n_out_items, cap, min_rows
     cdef bint runs
     p.L = L
     p.mode = mode
@@ -1135,7 +1139,9 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     # Row blocks: as many as parallelism needs, as few as memory allows; a
     # function of the shape only.
     cap = max(<Py_ssize_t>1, MAX_COL_ITEMS // p.n_groups)
-    p.n_blocks = min(cap, max(<Py_ssize_t>1, p.n_rows // ROW_BLOCK_MIN))
+    min_rows = max(<Py_ssize_t>ROW_BLOCK_MIN, COL_BLOCK_BYTES
+                   // (min(<Py_ssize_t>COL_TILE, p.n_cols) * <Py_ssize_t>sizeof(in_t)))
+    p.n_blocks = min(cap, max(<Py_ssize_t>1, p.n_rows // min_rows))
     p.rows_per_block = (p.n_rows + p.n_blocks - 1) // p.n_blocks
     p.n_blocks = (p.n_rows + p.rows_per_block - 1) // p.rows_per_block
     p.rows_per_sweep = max(<Py_ssize_t>8,

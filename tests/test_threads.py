@@ -16,15 +16,16 @@ def _x(shape, dtype=np.float32, seed=0, offset=5.0):
 
 
 # Large enough for the parallel paths: whole slices per thread, few long
-# slices split into blocks, column tiles with row blocks, NCHW batch norm.
+# slices split into blocks, column tiles, row blocks (a block holds 1 MiB of
+# its tile at least: "columns" and "nhwc" have several), NCHW batch norm.
 WORKLOADS = {
     "rows": (lambda: _x((64, 1024)), -1),
     "long-rows": (lambda: _x((4, 20000)), -1),
     "one-row": (lambda: _x((70_000,), np.float64), None),
-    "columns": (lambda: _x((5000, 40)), 0),
+    "columns": (lambda: _x((30000, 40)), 0),
     "column-tiles": (lambda: _x((100, 2100)), 0),
     "nchw": (lambda: _x((8, 16, 32, 32), np.float16), (0, 2, 3)),
-    "nhwc": (lambda: _x((8, 24, 16, 24), np.float64), (0, 1, 2)),
+    "nhwc": (lambda: _x((16, 48, 32, 24), np.float64), (0, 1, 2)),
 }
 
 
