@@ -260,7 +260,11 @@ def writable_target(out, x, dtype):
     """
     if out is None:
         return np.empty_like(x, dtype=dtype), None
-    direct = out.dtype.isnative and out.flags.aligned and not may_self_overlap(out)
+    flags = out.flags
+    # A contiguous array cannot overlap itself (the common case, decided
+    # without walking the strides).
+    direct = out.dtype.isnative and flags.aligned and (
+        flags.c_contiguous or flags.f_contiguous or not may_self_overlap(out))
     if direct and np.may_share_memory(out, x):
         direct = (out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
                   and out.strides == x.strides and out.dtype.itemsize == x.dtype.itemsize)

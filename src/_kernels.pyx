@@ -59,11 +59,13 @@ cdef enum:
     WRAP = 32
     COEF32_STRIDE = 3 * (COL_TILE + WRAP)
     # Rows per block of the COLUMNS pattern are at least this many, and
-    # enough for this many bytes of a tile (each block's Welford state, 16
-    # bytes a column, is zeroed, written and folded: 64 rows of 1024 float32
+    # enough for this many bytes of a tile where that leaves COL_BLOCKS_MIN
+    # blocks for the threads (each block's Welford state, 16 bytes a column,
+    # is zeroed, written and folded: blocks of 64 rows of 1024 float32
     # columns spent 14% of mean_var on it)...
     ROW_BLOCK_MIN = 64
     COL_BLOCK_BYTES = 1 << 20
+    COL_BLOCKS_MIN = 16
     # ...and blocks times tiles at most this many (bounds the scratch memory).
     MAX_COL_ITEMS = 128
     # COLUMNS prefetch the row this many rows ahead when rows are apart in
@@ -1139,8 +1141,10 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     # Row blocks: as many as parallelism needs, as few as memory allows; a
     # function of the shape only.
     cap = max(<Py_ssize_t>1, MAX_COL_ITEMS // p.n_groups)
-    min_rows = max(<Py_ssize_t>ROW_BLOCK_MIN, COL_BLOCK_BYTES
-                   // (min(<Py_ssize_t>COL_TILE, p.n_cols) * <Py_ssize_t>sizeof(in_t)))
+    min_rows = max(<Py_ssize_t>ROW_BLOCK_MIN,
+                   min(COL_BLOCK_BYTES // (min(<Py_ssize_t>COL_TILE, p.n_cols)
+                                           * <Py_ssize_t>sizeof(in_t)),
+                       p.n_rows // COL_BLOCKS_MIN))
     p.n_blocks = min(cap, max(<Py_ssize_t>1, p.n_rows // min_rows))
     p.rows_per_block = (p.n_rows + p.n_blocks - 1) // p.n_blocks
     p.n_blocks = (p.n_rows + p.rows_per_block - 1) // p.rows_per_block
