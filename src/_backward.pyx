@@ -86,6 +86,8 @@ cdef struct Grad:
     float* c32                # float32 data and dx, COLUMNS: per slice the
                               # coefficients of fn_grad_cols_f32 (m, k1, k2,
                               # k0, each sstride apart), or NULL
+    double* c64               # float64 data and dx, COLUMNS: the same in
+                              # float64 (grad_cols_f64), or NULL
     float* g32                # float32 data and dx, SLICES: gamma as float
                               # (gamma's own layout), or NULL
     double g32_max            # the largest magnitude in g32
@@ -856,19 +858,102 @@ cdef int cols_coefs_f32(const Grad* g, Py_ssize_t si) noexcept nogil:
     return 0
 
 
-cdef inline bint cols_f32_fit(const Grad* g) noexcept nogil:
-    """Whether cols_dx can run in float32: columns contiguous in x, dy and
-    dx, and gamma the same for every row (one coefficient set per column)."""
+cdef inline bint roomy(double v) noexcept nogil:
+    """Whether v is finite and far from float64's overflow and underflow."""
+    return fabs(v) < 1e300 and (v == 0.0 or fabs(v) > 1e-300)
+
+
+cdef int cols_coefs_f64(const Grad* g, Py_ssize_t si) noexcept nogil:
+    """Column si's float64 coefficients for grad_cols_f64 (after the folds):
+    dx = dy * k1 + (x - m) * k2 + k0; returns 1 when one of them could
+    overflow (or flush) where the unfolded formula does not (rstd^2), else 0."""
+    cdef Py_ssize_t ns = g.sstride
+    cdef Odometer s
+    cdef double m, r, gs, k1, k2, k0
+    odo_init(&s, g.L.kept, g.L.n_kept, si)
+    m = (<const double*>(g.L.stat[0] + s.off[OP_S]))[0]
+    r = (<const double*>(g.L.stat[1] + s.off[OP_S]))[0]
+    gs = (<const double*>(g.gamma + s.off[OP_G]))[0]
+    k1 = gs * r
+    k2 = -r * r * g.sums[ns + si]
+    k0 = -r * g.sums[si]
+    if not (fabs(m) < 1e300 and roomy(r) and roomy(k1) and roomy(k2) and roomy(k0)):
+        return 1
+    g.c64[si] = m
+    g.c64[ns + si] = k1
+    g.c64[2 * ns + si] = k2
+    g.c64[3 * ns + si] = k0
+    return 0
+
+
+cdef inline void grad_cols_f64(const double* x, const double* dy, double* dx, const double* k,
+                               Py_ssize_t ks, Py_ssize_t n, bint stream) noexcept nogil:
+    """One row of a tile of float64 columns: dx = dy * k1 + (x - m) * k2 + k0
+    with column c's m, k1, k2, k0 at k[c], k[ks + c], k[2 ks + c], k[3 ks + c]."""
+    cdef Py_ssize_t c = 0, head = 0
+    cdef fn_vd t
+    if stream:  # values up to dx's first aligned vector go one by one
+        head = (<size_t>dx // sizeof(double)) % FN_W
+        head = min(n, 0 if head == 0 else FN_W - head)
+    while c < head:
+        dx[c] = dy[c] * k[ks + c] + ((x[c] - k[c]) * k[2 * ks + c] + k[3 * ks + c])
+        c = c + 1
+    while c + FN_W <= n:
+        t = fn_fma(fn_sub(fn_load_f64(x + c), fn_load_f64(k + c)), fn_load_f64(k + 2 * ks + c),
+                   fn_load_f64(k + 3 * ks + c))
+        t = fn_fma(fn_load_f64(dy + c), fn_load_f64(k + ks + c), t)
+        if stream:
+            fn_stream_f64(dx + c, t)
+        else:
+            fn_store_f64(dx + c, t)
+        c = c + FN_W
+    while c < n:
+        dx[c] = dy[c] * k[ks + c] + ((x[c] - k[c]) * k[2 * ks + c] + k[3 * ks + c])
+        c = c + 1
+
+
+cdef inline bint cols_folded_fit(const Grad* g, Py_ssize_t itemsize) noexcept nogil:
+    """Whether cols_dx can run from folded per-column coefficients: columns
+    contiguous in x, dy and dx, and gamma the same for every row (one
+    coefficient set per column)."""
     cdef const Layout* L = g.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
     cdef int j
-    if (vec.stride[OP_X] != sizeof(float) or vec.stride[OP_DY] != sizeof(float)
-            or vec.stride[OP_DX] != sizeof(float)):
+    if (vec.stride[OP_X] != itemsize or vec.stride[OP_DY] != itemsize
+            or vec.stride[OP_DX] != itemsize):
         return False
     for j in range(L.n_red):
         if L.red[j].stride[OP_G] != 0:
             return False
     return True
+
+
+cdef void cols_folded_coefs(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
+    """Every column's folded coefficients (g.c32 for float32 data and dx,
+    g.c64 for float64), after the folds; left NULL where the layout does not
+    fit, on a failed allocation, or when a column's do not fit the type
+    with room to spare (cols_dx then runs the unfolded formula)."""
+    cdef Py_ssize_t i, n_bad = 0
+    cdef void* buf
+    if not ((in_t is float and out_t is float) or (in_t is double and out_t is double)):
+        return
+    if not cols_folded_fit(g, sizeof(in_t)):
+        return
+    buf = malloc(4 * g.sstride * sizeof(in_t))
+    if buf == NULL:
+        return
+    if in_t is float:
+        g.c32 = <float*>buf
+        for i in prange(g.L.n_slices, num_threads=nthreads, schedule="static"):
+            n_bad += cols_coefs_f32(g, i)
+    else:
+        g.c64 = <double*>buf
+        for i in prange(g.L.n_slices, num_threads=nthreads, schedule="static"):
+            n_bad += cols_coefs_f64(g, i)
+    if n_bad:
+        free(buf)
+        g.c32 = NULL
+        g.c64 = NULL
 
 
 cdef inline void cols_dx_at(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
@@ -910,6 +995,12 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
             gp = g.gamma + col_off(L, &t, &row, OP_G)
             dxp = L.base[OP_DX] + col_off(L, &t, &row, OP_DX)
+            if in_t is double and out_t is double:
+                if g.c64 != NULL:
+                    grad_cols_f64(<const double*>xp, <const double*>dyp, <double*>dxp,
+                                  g.c64 + t.slice0, g.sstride, t.width, L.stream)
+                    odo_next(&row, L.red, L.n_red)
+                    continue
             if in_t is float and out_t is float:
                 if g.c32 != NULL:
                     k32 = g.c32 + t.slice0
@@ -950,7 +1041,7 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
 
 cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef const Layout* L = g.L
-    cdef Py_ssize_t i, n_blocks, n_bad, min_per_block
+    cdef Py_ssize_t i, n_blocks, min_per_block
     cdef Py_ssize_t units = L.slice_len if L.columns else L.n_slices
     cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
     g.pstride = spaced(g.n_param)
@@ -969,6 +1060,7 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
             g.slice_param = False
     g.sums = NULL
     g.c32 = NULL
+    g.c64 = NULL
     g.g32 = NULL
     g.g32_max = 0.0
     g.partial = <double*>calloc(0 if g.slice_param else 2 * g.n_blocks * g.pstride,
@@ -995,16 +1087,7 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         if g.group > 1:
             for i in prange(L.n_slices // g.group, num_threads=nthreads, schedule="static"):
                 cols_fold_group(g, i * g.group)
-        if in_t is float and out_t is float:
-            if cols_f32_fit(g):
-                g.c32 = <float*>malloc(4 * g.sstride * sizeof(float))
-            if g.c32 != NULL:
-                n_bad = 0
-                for i in prange(L.n_slices, num_threads=nthreads, schedule="static"):
-                    n_bad += cols_coefs_f32(g, i)
-                if n_bad:
-                    free(g.c32)
-                    g.c32 = NULL
+        cols_folded_coefs(g, nthreads, ki, ko)
         for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
             cols_dx(g, i, ki, ko)
     else:
@@ -1018,6 +1101,7 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     free(g.partial)
     free(g.sums)
     free(g.c32)
+    free(g.c64)
     free(g.g32)
     return 0
 

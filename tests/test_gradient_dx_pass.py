@@ -1,11 +1,12 @@
-"""The float32 dx pass of the gradients (float32 dy and x into a float32 dx):
-every layout that enters it, far from zero and near it, and every way it
-hands a call back to the float64 pass.
+"""The dx pass of the gradients from coefficients worked out once per
+slice: dx = dy * (gamma r) + (x - m) * k2 + k0.
 
-dx = dy * (gamma r) + (x - m) * k2 + k0 with m the mean rounded to float32:
-the statistics given in float64 make m's rounding rest count (k0 carries
-it).  Each case compares with the closed form in float64 on the very same
-float32 values (tests/reference.py).
+float32 dy and x into a float32 dx: in float32 arithmetic, m the mean
+rounded to float32 (the statistics given in float64 make its rounding rest
+count: k0 carries it).  float64 columns (batch norm over (N, C)): the same
+in float64.  Every layout that enters them, far from zero and near it, and
+every way they hand a call back to the unfolded float64 formula.  Each case
+compares with the closed form in float64 on the very same values.
 """
 import numpy as np
 import pytest
@@ -31,10 +32,10 @@ CASES = {
 }
 
 
-def _problem(shape, axes, along, offset, seed=0):
+def _problem(shape, axes, along, offset, seed=0, dtype=F32):
     rng = np.random.default_rng(seed)
-    x = (offset + rng.standard_normal(shape)).astype(F32)
-    dy = rng.standard_normal(shape).astype(F32)
+    x = (offset + rng.standard_normal(shape)).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
     gamma = rng.uniform(0.5, 2.0, [shape[i] if i in along else 1 for i in range(len(shape))])
     return x, dy, gamma
 
@@ -72,9 +73,10 @@ def _reference(kind, dy, x, mean, rstd, gamma, axes):
     return rstd * (gd - mean_gd - xhat * mean_gdx), rstd * scale
 
 
-# A few float32 roundings of the terms (gamma r, the coefficients, two
-# products and two sums), each relative to the terms' magnitudes.
+# A few roundings of the terms (gamma r, the coefficients, two products and
+# two sums), each relative to the terms' magnitudes.
 TOL = 8 * np.finfo(F32).eps
+TOL64 = 8 * np.finfo(np.float64).eps
 
 
 @pytest.mark.parametrize("offset", [0.0, 3.0, 1e6])
@@ -87,6 +89,35 @@ def test_float32_dx_matches_float64(case, offset, simd_level):
     assert dx.dtype == F32
     ref, scale = _reference(kind, dy, x, mean, rstd, gamma, axes)
     assert_close(dx, ref, TOL * scale, f"{case} dx")
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e12])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_float64_dx_matches_the_closed_form(case, offset, simd_level):
+    shape, axes, along, kind = CASES[case]
+    x, dy, gamma = _problem(shape, axes, along, offset, dtype=np.float64)
+    mean, rstd = _stats(x, axes, kind)
+    dx = _grad(kind, dy, x, mean, rstd, gamma, axes)
+    assert dx.dtype == np.float64
+    ref, scale = _reference(kind, dy, x, mean, rstd, gamma, axes)
+    assert_close(dx, ref, TOL64 * scale, f"{case} dx")
+
+
+@pytest.mark.parametrize("case", ["columns", "columns-wide", "eval-columns"])
+def test_float64_columns_hand_back_when_rstd_squared_overflows(case):
+    # rstd 1e160 given: rstd^2 overflows float64, dx (about rstd^3 *
+    # spread^2 with a spread of 1e-160) does not; the unfolded formula
+    # takes the call.
+    shape, axes, along, kind = CASES[case]
+    x, dy, gamma = _problem(shape, axes, along, 0.0, seed=4, dtype=np.float64)
+    x = x * 1e-160
+    mean, rstd = _stats(x, axes, kind)
+    rstd = np.full_like(rstd, 1e160)
+    dx = _grad(kind, dy, x, mean, rstd, gamma, axes)
+    ref, scale = _reference(kind, dy, x, mean, rstd, gamma, axes)
+    assert np.isfinite(ref).all()
+    assert np.isfinite(dx).all(), f"{case}: float64 overflow"
+    assert_close(dx, ref, TOL64 * scale, f"{case} dx")
 
 
 @pytest.mark.parametrize("case", ["columns", "channel-runs", "rows", "two-axes"])
