@@ -19,7 +19,9 @@
 # blocks depend on the shape alone, so the thread count never changes a bit.
 #
 # Pass 1 reads (dy, x) for the per-slice sums A, B and the parameter sums;
-# pass 2 reads them again (from cache, for a slice that fits) and writes dx.
+# pass 2 reads them again (from cache, for a slice that fits) and writes dx,
+# for float32 data (and float64 columns) from coefficients folded once per
+# slice: dx = dy * (gamma r) + (x - m) * k2 + k0.
 
 from cython.parallel cimport prange
 from libc.math cimport fabs

@@ -416,7 +416,7 @@ static inline void fn_normalize_periodic_f32(const float *x, float *y, ptrdiff_t
  * x - m being exact near the mean (Sterbenz) as in the forward pass: each
  * term keeps float32's relative error however large the mean.  The pass
  * before (the sums) stays in float64: it adds up a whole slice. */
-#if defined(__GNUC__) || defined(__clang__)
+
 /* One row of a tile of columns, column c's coefficients m, k1 (= gamma r),
  * k2 (= -r^2 b) and k0 (the constant) at [c]. */
 static inline void fn_grad_cols_f32(const float *x, const float *dy, float *dx, const float *m,
@@ -424,12 +424,14 @@ static inline void fn_grad_cols_f32(const float *x, const float *dy, float *dx, 
                                     ptrdiff_t n, int stream)
 {
     ptrdiff_t i = 0;
+#if defined(__GNUC__) || defined(__clang__)
     for (ptrdiff_t head = fn_head_f32(dx, n, stream); i < head; i++)
         dx[i] = dy[i] * k1[i] + ((x[i] - m[i]) * k2[i] + k0[i]);
     for (; i + FN_WF <= n; i += FN_WF)
         fn_put_f32(dx + i, fn_loadu_f32(dy + i) * fn_loadu_f32(k1 + i)
                            + ((fn_loadu_f32(x + i) - fn_loadu_f32(m + i)) * fn_loadu_f32(k2 + i)
                               + fn_loadu_f32(k0 + i)), stream);
+#endif
     for (; i < n; i++)
         dx[i] = dy[i] * k1[i] + ((x[i] - m[i]) * k2[i] + k0[i]);
 }
@@ -444,6 +446,7 @@ static inline void fn_grad_run_f32(const float *x, const float *dy, float *dx, c
                                    const char *dy_ahead)
 {
     ptrdiff_t i = 0;
+#if defined(__GNUC__) || defined(__clang__)
     fn_vf32 vr = fn_set1_f32(r), vm = fn_set1_f32(m), v2 = fn_set1_f32(k2),
             v0 = fn_set1_f32(k0), vg = fn_set1_f32(g[0] * r);
     for (ptrdiff_t head = fn_head_f32(dx, n, stream); i < head; i++)
@@ -458,10 +461,10 @@ static inline void fn_grad_run_f32(const float *x, const float *dy, float *dx, c
         fn_put_f32(dx + i, fn_loadu_f32(dy + i) * vg + ((fn_loadu_f32(x + i) - vm) * v2 + v0),
                    stream);
     }
+#endif
     for (; i < n; i++)
         dx[i] = dy[i] * (g[i * g_inc] * r) + ((x[i] - m) * k2 + k0);
 }
-#endif
 
 /* ------------------------------------------------------------------ */
 /* Runtime CPU detection, used by the baseline module to pick a level.  */
