@@ -16,12 +16,14 @@ Gradients alike: the gradient kernel sums every column, adds up each
 channel's columns (a group) before dx, and the parameter gradients are
 summed per channel here.
 
-Only float16/float32 data takes this way: their column means are exact in
-float64, so the merge loses nothing.  float64 data keeps the kernels' own
-way, whose shift by a value of each slice the merge of absolute column
-means would undo.  The per-column arrays cost 32 bytes per column (40 for
-a gradient); the rows must be many enough for that to stay about a quarter
-of x or less.
+Statistics are taken this way for float16/float32 data only: their column
+means are exact in float64, so the merge loses nothing.  float64 statistics
+keep the kernels' own way, whose shift by a value of each slice the merge
+of absolute column means would undo.  With the statistics given (batch norm
+in eval mode, every gradient) nothing is merged, so float64 takes the
+columns too.  The per-column arrays (here and in the kernels) cost up to
+48 bytes per column (88 for a gradient); the rows must be many enough for
+that to stay an eighth of x or less, or the arrays a few MiB.
 """
 import math
 
@@ -39,11 +41,21 @@ from ._config import team_size
 #   (32, 128, 28, 28) 2.8 -> 4.2; out of cache, (512, 256, 7, 7) 6.1 -> 2.5
 #   and (1024, 256, 16) 17.1 -> 2.4.
 INNER_MAX = 100
-# Bytes of x per column, at least: 4 x 8 bytes of per-column arrays are then
-# a quarter of x at most (5 x 8 for a gradient, which also reads dy).
+# Bytes of x per column, at least (fewer rows are not worth the columns).
 MIN_COLUMN_BYTES = 128
+# Per-column arrays, bytes: a forward pass holds four float64 ones at a time
+# here and 16 bytes of coefficients in the kernel; a gradient five here
+# (gamma, mean and rstd repeated, dgamma and dbeta per column) and up to 48
+# in the kernel (two sums per block, the folded coefficients).
+FORWARD_COLUMN_BYTES = 48
+GRADIENT_COLUMN_BYTES = 88
+# They may take an eighth of x, or this much whatever x's size.
+COLUMN_ARRAYS_MAX = 8 << 20
 
-_REGROUPED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
+# dtypes whose statistics are merged from column moments, and those that
+# take the columns only with the statistics given.
+_MERGED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
+_GIVEN_DTYPES = _MERGED_DTYPES + (np.dtype(np.float64),)
 
 
 def plan(x, axes, mode, gamma, beta, y):
@@ -52,21 +64,25 @@ def plan(x, axes, mode, gamma, beta, y):
     gain and bias constant along the reduced axes, x and y C-contiguous."""
     if mode not in ("stats", "center", "given"):
         return None
-    return _matrix(x, axes, (y,), (gamma, beta))
+    dtypes = _GIVEN_DTYPES if mode == "given" else _MERGED_DTYPES
+    return _matrix(x, axes, (y,), (gamma, beta), dtypes, FORWARD_COLUMN_BYTES)
 
 
 def plan_backward(x, axes, dy, dx, gamma):
-    """The same for a gradient (any mode): x, dy and dx C-contiguous, gamma
-    (keepdims layout) constant along the reduced axes."""
-    return _matrix(x, axes, (dy, dx), (gamma,))
+    """The same for a gradient (any mode, the statistics given): x, dy and
+    dx C-contiguous, gamma (keepdims layout) constant along the reduced
+    axes."""
+    return _matrix(x, axes, (dy, dx), (gamma,), _GIVEN_DTYPES, GRADIENT_COLUMN_BYTES)
 
 
-def _matrix(x, axes, arrays, params):
+def _matrix(x, axes, arrays, params, dtypes, column_bytes):
     # Asked of every call, so the shape's part is looked up, not redone.
     split = _split(x.shape, tuple(axes), INNER_MAX)
-    if (split is None or x.dtype not in _REGROUPED_DTYPES
+    if (split is None or x.dtype not in dtypes
             or split[0] * x.dtype.itemsize < MIN_COLUMN_BYTES or not x.flags.c_contiguous
             or any(a is not None and not a.flags.c_contiguous for a in arrays)):
+        return None
+    if split[1] * split[2] * column_bytes > max(COLUMN_ARRAYS_MAX, x.nbytes // 8):
         return None
     for p in params:
         if p is not None and any(p.shape[i] != 1 for i in axes):

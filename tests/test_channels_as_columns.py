@@ -38,10 +38,10 @@ def kernels_way(monkeypatch):
 
 
 @st.composite
-def short_inner_specs(draw):
+def short_inner_specs(draw, dtypes=("float16", "float32"), training=(True, False)):
     """check_batch_norm's spec for (N, C, inner...) with N rows enough and
     inner values few enough for the columns way (when x is C-ordered)."""
-    dtype = draw(st.sampled_from(["float16", "float32"]))
+    dtype = draw(st.sampled_from(dtypes))
     min_rows = _regroup.MIN_COLUMN_BYTES // np.dtype(dtype).itemsize
     inner = draw(st.lists(st.integers(1, 10), min_size=1, max_size=2)
                  .filter(lambda s: 1 < math.prod(s) <= _regroup.INNER_MAX))
@@ -50,8 +50,10 @@ def short_inner_specs(draw):
              seed=draw(st.integers(0, 2**32 - 1)),
              req_dtype=draw(st.sampled_from([None, None, "float32", "float64"])))
     s["axis"] = draw(st.sampled_from([None, tuple(i for i in range(len(shape)) if i != 1)]))
-    s["training"] = draw(st.booleans())
-    s["running"] = draw(st.sampled_from([None, "named_f64", "named_f32", "keepdims_f32"]))
+    s["training"] = draw(st.sampled_from(training))
+    s["running"] = draw(st.sampled_from([None, "named_f64", "named_f32", "keepdims_f32"]
+                                        if s["training"] else
+                                        ["named_f64", "named_f32", "keepdims_f32"]))
     s["momentum"] = draw(st.sampled_from([0.1, 0.5]))
     s["eps"] = draw(st.sampled_from([1e-5, 1e-3, 0.0]))
     s["gamma"] = draw(st.sampled_from(PARAM_KINDS))
@@ -66,6 +68,16 @@ def short_inner_specs(draw):
 def test_batch_norm_short_inner_matches_reference(spec):
     axes = tuple(i for i in range(len(spec["shape"])) if i != 1)
     assert _taken(spec["shape"], spec["dtype"], axes)
+    check_batch_norm(spec)
+
+
+@given(short_inner_specs(dtypes=("float64",), training=(False,)))
+def test_batch_norm_eval_short_inner_float64(spec):
+    # With the running statistics given nothing is merged: float64 takes
+    # the columns too (its training statistics do not, see below).
+    axes = tuple(i for i in range(len(spec["shape"])) if i != 1)
+    assert _taken(spec["shape"], spec["dtype"], axes, mode="given")
+    assert not _taken(spec["shape"], spec["dtype"], axes)
     check_batch_norm(spec)
 
 
@@ -173,6 +185,23 @@ def test_short_inner_other_calls_keep_the_kernels(case):
     assert_close(y, yr, (2e-6 if dtype == np.float32 else 1e-13) * (np.abs(yr) + 1), case)
 
 
+def test_per_column_arrays_stay_small(monkeypatch):
+    # The per-column arrays may take an eighth of x (or COLUMN_ARRAYS_MAX):
+    # few rows and many columns keep the kernels' own way.
+    monkeypatch.setattr(_regroup, "COLUMN_ARRAYS_MAX", 0)
+    rng = np.random.default_rng(9)
+    few = (1.0 + rng.standard_normal((32, 8, 7, 7))).astype(np.float32)
+    many = np.ones((512, 8, 7, 7), np.float32)
+    axes = (0, 2, 3)
+    assert _regroup.plan(few, axes, "center", None, None, None) is None
+    assert _regroup.plan(many, axes, "center", None, None, None) is not None
+    assert _regroup.plan_backward(few, axes, few, None, None) is None
+    assert _regroup.plan_backward(many, axes, many, None, None) is not None
+    y = fastnorm.batch_norm(few)
+    yr = ref_layer_norm(few, axes)[0]
+    assert_close(y, yr, 2e-6 * (np.abs(yr) + 1), "kept the kernels' way")
+
+
 def test_short_inner_threads_give_the_same_bits():
     # Large enough for two threads; the columns kernel splits the rows by
     # shape only, so one thread and two give the same bits.
@@ -209,7 +238,7 @@ def test_short_inner_in_place():
 
 @st.composite
 def short_inner_grads(draw):
-    dtype = draw(st.sampled_from([np.float16, np.float32]))
+    dtype = draw(st.sampled_from([np.float16, np.float32, np.float64]))
     min_rows = _regroup.MIN_COLUMN_BYTES // np.dtype(dtype).itemsize
     inner = draw(st.lists(st.integers(1, 10), min_size=1, max_size=2)
                  .filter(lambda s: 1 < math.prod(s) <= _regroup.INNER_MAX))
@@ -246,24 +275,26 @@ def test_batch_norm_backward_short_inner_matches_reference(spec):
     mode = "center" if spec["training"] else "scale"
     gk = None if gamma is None else (np.reshape(gamma, keep) if np.ndim(gamma) == 1 else gamma)
     ref = ref_norm_grads(dy, x, axes, (1,), gk, mode, stats=(mean, rstd))
-    tol = {np.float32: 1e-5, np.float16: 4e-3}[spec["dtype"]]
+    tol = {np.float64: 1e-12, np.float32: 1e-5, np.float16: 4e-3}[spec["dtype"]]
     assert_close(dx, ref["dx"], tol * ref["dx_scale"] + tiny(spec["dtype"]), "dx")
     shape = (x.shape[1],) if gamma is None or np.ndim(gamma) == 1 else np.shape(gamma)
     assert dg.shape == shape and db.shape == shape
-    assert_close(dg, ref["dgamma"].reshape(shape), 1e-5 * ref["dgamma_scale"].reshape(shape),
+    ptol = 1e-12 if spec["dtype"] == np.float64 else 1e-5
+    assert_close(dg, ref["dgamma"].reshape(shape), ptol * ref["dgamma_scale"].reshape(shape),
                  "dgamma")
-    assert_close(db, ref["dbeta"].reshape(shape), 1e-5 * ref["dbeta_scale"].reshape(shape),
+    assert_close(db, ref["dbeta"].reshape(shape), ptol * ref["dbeta_scale"].reshape(shape),
                  "dbeta")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_batch_norm_backward_short_inner_like_the_kernels(training, threads, kernels_way):
+def test_batch_norm_backward_short_inner_like_the_kernels(training, threads, dtype, kernels_way):
     # Large enough for two threads; the same dx (to rounding) and the same
     # parameter sums as the kernels' own way, NaN where they give NaN.
     rng = np.random.default_rng(8)
-    x = rng.standard_normal((96, 48, 5, 5)).astype(np.float32)
-    dy = rng.standard_normal(x.shape).astype(np.float32)
+    x = rng.standard_normal((96, 48, 5, 5)).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
     dy[3, 7, 0, 0] = np.nan
     g = rng.uniform(0.5, 2.0, 48)
     _, mean, rstd = fastnorm.batch_norm(x, g, return_stats=True)
