@@ -52,6 +52,10 @@ cdef enum:
     # 4 KiB: arrays exactly 4 KiB apart make the CPU's memory disambiguation
     # see false dependencies between their loads and stores.
     PAD = 8
+    # Columns per piece of a tile that column_finish folds and finishes
+    # (pieces go to the threads: one tile's finish was a fifth of mean_var
+    # over axis 0 of (256, 1024), on one thread).
+    FINISH_COLS = 256
     STATE_STRIDE = 2 * (COL_TILE + PAD)     # doubles per item: mean, m2
     COEF_STRIDE = 3 * (COL_TILE + PAD)      # doubles per group: pivot, shift, scale
     # float32 coefficients per group: mean, scale, rest, each with room to
@@ -792,8 +796,13 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
         odo_next(&row, p.L.red, p.L.n_red)
 
 
-cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
-    """Fold the row blocks of one tile in order, then finish each column."""
+cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
+    """Fold the row blocks of one piece of a tile (FINISH_COLS columns) in
+    order, then finish each of its columns; pieces are independent, so a
+    tile's are shared by the threads."""
+    cdef Py_ssize_t per_tile = ((min(<Py_ssize_t>COL_TILE, p.n_cols) + FINISH_COLS - 1)
+                                // FINISH_COLS)
+    cdef Py_ssize_t group = item // per_tile, lo = (item % per_tile) * FINISH_COLS, hi
     cdef Tile t
     cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
     cdef double* first = p.state + group * p.n_blocks * STATE_STRIDE
@@ -805,9 +814,10 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     cdef Coef co
     cdef Py_ssize_t off
     tile_of(p, group, &t)
+    hi = min(t.width, lo + FINISH_COLS)
     off = t.outer.off[OP_S] + t.c0 * sS
     if p.mode == MODE_GIVEN:
-        for c in range(t.width):
+        for c in range(lo, hi):
             co = given(p.L, off + c * sS)
             t.pivot[c] = co.pivot
             t.shift[c] = co.shift
@@ -819,13 +829,13 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
         m2 = mean + COL_TILE + PAD
         nb = <double>min(p.rows_per_block, p.n_rows - blk * p.rows_per_block)
         f = nb / (na + nb)
-        for c in range(t.width):
+        for c in range(lo, hi):
             d = mean[c] - first[c]
             first[c] = first[c] + d * f
             first_m2[c] = first_m2[c] + m2[c] + d * d * na * f
         na = na + nb
     m.n = na
-    for c in range(t.width):
+    for c in range(lo, hi):
         m.mean = first[c]
         m.m2 = first_m2[c]
         co = finish(m, t.pivot[c], p.mode, p.eps, p.L, off + c * sS)
@@ -1128,7 +1138,7 @@ cdef void column_rows_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
 cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
                         in_t* ki, out_t* ko) noexcept nogil:
     cdef ColumnPlan p
-    cdef Py_ssize_t i, n_items, n_out_items, cap, min_rows
+    cdef Py_ssize_t i, n_items, n_out_items, cap, min_rows, n_finish
     cdef bint runs
     p.L = L
     p.mode = mode
@@ -1151,6 +1161,8 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.rows_per_sweep = max(<Py_ssize_t>8,
                            SWEEP_BYTES // (min(<Py_ssize_t>COL_TILE, p.n_cols) * sizeof(in_t)))
     n_items = p.n_groups * p.n_blocks
+    n_finish = p.n_groups * ((min(<Py_ssize_t>COL_TILE, p.n_cols) + FINISH_COLS - 1)
+                             // FINISH_COLS)
     p.n_out_blocks = max(<Py_ssize_t>1, min(p.n_rows, MAX_COL_ITEMS // p.n_outer))
     p.rows_per_out = (p.n_rows + p.n_out_blocks - 1) // p.n_out_blocks
     p.n_out_blocks = (p.n_rows + p.rows_per_out - 1) // p.rows_per_out
@@ -1205,9 +1217,10 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
                 column_pivots(&p, i, ki)
             for i in prange(n_items, num_threads=nthreads, schedule="guided"):
                 column_block_stats(&p, i, ki)
-        for i in prange(p.n_groups, num_threads=nthreads, schedule="guided"):
+        for i in prange(n_finish, num_threads=nthreads, schedule="static"):
             column_finish(&p, i)
-            if p.f32:
+        if p.f32:
+            for i in prange(p.n_groups, num_threads=nthreads, schedule="guided"):
                 column_coef32(&p, i)
         if p.per != NULL:
             periodic_coefs(&p)
@@ -1220,9 +1233,10 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
                 column_pivots(&p, i, ki)
             for i in range(n_items):
                 column_block_stats(&p, i, ki)
-        for i in range(p.n_groups):
+        for i in range(n_finish):
             column_finish(&p, i)
-            if p.f32:
+        if p.f32:
+            for i in range(p.n_groups):
                 column_coef32(&p, i)
         if p.per != NULL:
             periodic_coefs(&p)
