@@ -41,7 +41,7 @@ from ._config import team_size
 #   (32, 128, 28, 28) 2.8 -> 4.2; out of cache, (512, 256, 7, 7) 6.1 -> 2.5
 #   and (1024, 256, 16) 17.1 -> 2.4.
 INNER_MAX = 100
-# Bytes of x per column, at least (fewer rows are not worth the columns).
+# Bytes of x per column, at least (the shapes measured above have more).
 MIN_COLUMN_BYTES = 128
 # Per-column arrays, bytes: a forward pass holds four float64 ones at a time
 # here and 16 bytes of coefficients in the kernel; a gradient five here

@@ -16,8 +16,9 @@ def _x(shape, dtype=np.float32, seed=0, offset=5.0):
 
 
 # Large enough for the parallel paths: whole slices per thread, few long
-# slices split into blocks, column tiles, row blocks (a block holds 1 MiB of
-# its tile at least: "columns" and "nhwc" have several), NCHW batch norm.
+# slices split into blocks, column tiles, row blocks (up to 1 MiB of a tile
+# each while 16 blocks remain: "columns" and "nhwc" have several), NCHW
+# batch norm.
 WORKLOADS = {
     "rows": (lambda: _x((64, 1024)), -1),
     "long-rows": (lambda: _x((4, 20000)), -1),
