@@ -45,8 +45,10 @@ INNER_MAX = 100
 MIN_COLUMN_BYTES = 128
 # Per-column arrays, bytes: a forward pass holds four float64 ones at a time
 # here and 16 bytes of coefficients in the kernel; a gradient five here
-# (gamma, mean and rstd repeated, dgamma and dbeta per column) and up to 48
-# in the kernel (two sums per block, the folded coefficients).
+# (gamma, mean and rstd repeated, dgamma and dbeta per column) and, in the
+# kernel, up to 32 of folded coefficients and 16 of sums per block of rows.
+# Blocks beyond the first are not counted: a block has 64 rows or more, so
+# their sums stay within a sixteenth of float32 x (and 32 MiB in all).
 FORWARD_COLUMN_BYTES = 48
 GRADIENT_COLUMN_BYTES = 88
 # They may take an eighth of x, or this much whatever x's size.
