@@ -603,6 +603,7 @@ cdef struct ColumnPlan:
     Py_ssize_t n_rows         # product of the reduced axes
     Py_ssize_t rows_per_block # statistics items: a tile's rows in blocks
     Py_ssize_t n_blocks
+    Py_ssize_t finish_pieces  # pieces of FINISH_COLS columns per tile (column_finish)
     Py_ssize_t rows_per_sweep # rows of a tile that column_rows_stats keeps in L2
     Py_ssize_t rows_per_out   # output items: whole rows of an outer index
     Py_ssize_t n_out_blocks   #   in blocks, every tile of a row in turn
@@ -800,9 +801,8 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
     """Fold the row blocks of one piece of a tile (FINISH_COLS columns) in
     order, then finish each of its columns; pieces are independent, so a
     tile's are shared by the threads."""
-    cdef Py_ssize_t per_tile = ((min(<Py_ssize_t>COL_TILE, p.n_cols) + FINISH_COLS - 1)
-                                // FINISH_COLS)
-    cdef Py_ssize_t group = item // per_tile, lo = (item % per_tile) * FINISH_COLS, hi
+    cdef Py_ssize_t group = item // p.finish_pieces
+    cdef Py_ssize_t lo = (item % p.finish_pieces) * FINISH_COLS, hi
     cdef Tile t
     cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
     cdef double* first = p.state + group * p.n_blocks * STATE_STRIDE
@@ -1161,8 +1161,8 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.rows_per_sweep = max(<Py_ssize_t>8,
                            SWEEP_BYTES // (min(<Py_ssize_t>COL_TILE, p.n_cols) * sizeof(in_t)))
     n_items = p.n_groups * p.n_blocks
-    n_finish = p.n_groups * ((min(<Py_ssize_t>COL_TILE, p.n_cols) + FINISH_COLS - 1)
-                             // FINISH_COLS)
+    p.finish_pieces = (min(<Py_ssize_t>COL_TILE, p.n_cols) + FINISH_COLS - 1) // FINISH_COLS
+    n_finish = p.n_groups * p.finish_pieces
     p.n_out_blocks = max(<Py_ssize_t>1, min(p.n_rows, MAX_COL_ITEMS // p.n_outer))
     p.rows_per_out = (p.n_rows + p.n_out_blocks - 1) // p.n_out_blocks
     p.n_out_blocks = (p.n_rows + p.rows_per_out - 1) // p.rows_per_out
