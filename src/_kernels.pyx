@@ -27,6 +27,11 @@ from _sweep cimport *
 cnp.import_array()
 
 cdef enum:
+    # The short ways of slices_kernel (0: neither).
+    SHORT_ROWS = 1
+    SHORT_SLICES = 2
+
+cdef enum:
     MODE_STATS = 0
     MODE_CENTER = 1
     MODE_RMS = 2
@@ -44,6 +49,8 @@ cdef enum:
     SHORT_SLICE_MAX = 64
     # Slices per work item of short_slices.
     SHORT_BATCH = 256
+    SHORT_ROW_MIN = 16
+    SHORT_ROW_BYTES = 1024
     # Columns per tile of the COLUMNS pattern (a statistics item's scratch:
     # 2 x 2048 doubles).  Wider tiles write rows in fewer pieces: 1024 -> 2048
     # measured 1.44 -> 1.21x copy for eval batch_norm over (4096, 2048).
@@ -108,15 +115,26 @@ cdef struct Coef:
     double scale
 
 
-cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
-                        const Layout* L, Py_ssize_t off) noexcept nogil:
-    """Turn a slice's moments into its statistics (written to the stat
-    arrays at byte offset off) and the coefficients that normalize it."""
+cdef inline double rstd_of(double var, double mean, int mode, double eps) noexcept nogil:
+    """The scale of a slice with this variance and mean: 1 / sqrt(var + eps),
+    or for MODE_RMS 1 / sqrt(mean(x**2) + eps) (mean(x**2) = var + mean**2,
+    a sum of non-negatives)."""
+    if mode == MODE_CENTER:
+        return 1.0 / sqrt(var + eps)
+    if mode == MODE_RMS:
+        return 1.0 / sqrt((var + mean * mean) + eps)
+    return 1.0
+
+
+cdef inline Coef record(Moments m, double pivot, int mode, const Layout* L, Py_ssize_t off,
+                        double scale) noexcept nogil:
+    """Write a slice's statistics to the stat arrays at byte offset off and
+    return the coefficients that normalize it; scale is rstd_of's."""
     cdef Coef c
-    cdef double var = m.m2 / m.n, mean = pivot + m.mean, ms
+    cdef double var = m.m2 / m.n, mean = pivot + m.mean
     c.pivot = pivot
     c.shift = m.mean
-    c.scale = 1.0
+    c.scale = scale
     if mode == MODE_STATS:
         # An inf that is a slice's last update leaves its mean inf; the
         # variance is NaN either way, and so is the mean then (where the inf
@@ -126,21 +144,25 @@ cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
         (<double*>(L.stat[0] + off))[0] = mean
         (<double*>(L.stat[1] + off))[0] = m.m2
     elif mode == MODE_CENTER:
-        c.scale = 1.0 / sqrt(var + eps)
         if var != var:
             mean = NAN
         (<double*>(L.stat[0] + off))[0] = mean
-        (<double*>(L.stat[1] + off))[0] = c.scale
+        (<double*>(L.stat[1] + off))[0] = scale
         if L.stat[2] != NULL:
             (<double*>(L.stat[2] + off))[0] = var
-    else:  # MODE_RMS: mean(x**2) = var + mean**2, a sum of non-negatives
-        ms = var + mean * mean
+    else:  # MODE_RMS: no centring
         c.pivot = 0.0
         c.shift = 0.0
-        c.scale = 1.0 / sqrt(ms + eps)
-        (<double*>(L.stat[0] + off))[0] = ms
-        (<double*>(L.stat[1] + off))[0] = c.scale
+        (<double*>(L.stat[0] + off))[0] = var + mean * mean
+        (<double*>(L.stat[1] + off))[0] = scale
     return c
+
+
+cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
+                        const Layout* L, Py_ssize_t off) noexcept nogil:
+    """Turn a slice's moments into its statistics (written to the stat
+    arrays at byte offset off) and the coefficients that normalize it."""
+    return record(m, pivot, mode, L, off, rstd_of(m.m2 / m.n, pivot + m.mean, mode, eps))
 
 
 cdef inline Coef given(const Layout* L, Py_ssize_t off) noexcept nogil:
@@ -257,6 +279,11 @@ cdef struct SlicePlan:
                               # the normalization pass runs in float32
     float* g32                # gamma and beta as float along the run (one
     float* b32                # run per slice, shared), or NULL: one per run
+    bint rows_f32             # the float32 pass may take rows of one run
+                              # that follow each other as one run (short_rows)
+    bint rows_f64             # the same for float64 data and output...
+    double* g64               # ...with gamma and beta as tables along the
+    double* b64               # run (float_table's layout)
 
 
 cdef inline const char* run_start(const SlicePlan* p, const Odometer* s, const Odometer* r, int k) noexcept nogil:
@@ -318,51 +345,117 @@ cdef inline void normalize_block(const SlicePlan* p, const Odometer* s, const Od
                   n, c, p.L.stream, ahead, ki, ko)
 
 
+cdef inline float* float_table(const Layout* L, int k, Py_ssize_t n) noexcept nogil:
+    """n floats of parameter k along the run (inner stride one float64, or 0
+    for one value), continued periodically for WRAP more (table[n + j] =
+    table[j mod n], for fn_normalize_rows_f32); NULL if out of memory."""
+    cdef Py_ssize_t i, step = L.red[L.n_red - 1].stride[k] // sizeof(double)
+    cdef float* out = <float*>malloc((n + WRAP) * sizeof(float))
+    if out == NULL:
+        return NULL
+    for i in range(n):
+        out[i] = <float>(<const double*>L.base[k])[i * step]
+    for i in range(WRAP):
+        out[n + i] = out[i % n]
+    return out
+
+
+cdef inline bint same_for_all(const Layout* L, int k) noexcept nogil:
+    """Whether operand k is the same for every slice."""
+    cdef int j
+    for j in range(L.n_kept):
+        if L.kept[j].stride[k] != 0:
+            return False
+    return True
+
+
 cdef inline float* float_param(const Layout* L, int k, Py_ssize_t n, bint* ok) noexcept nogil:
     """Parameter k as n floats along the run, when it varies along the run
     and is the same for every slice; NULL when it is one value per run (or
     cannot be used: then *ok turns false, or on a failed allocation)."""
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef float* out
-    cdef Py_ssize_t i
-    cdef int j
     if inner.stride[k] == 0:
         return NULL
-    if inner.stride[k] != sizeof(double) or L.n_red != 1:
+    if inner.stride[k] != sizeof(double) or L.n_red != 1 or not same_for_all(L, k):
         ok[0] = False
         return NULL
-    for j in range(L.n_kept):
-        if L.kept[j].stride[k] != 0:
-            ok[0] = False
-            return NULL
-    out = <float*>malloc(n * sizeof(float))
+    out = float_table(L, k, n)
     if out == NULL:
         ok[0] = False
-        return NULL
-    for i in range(n):
-        out[i] = <float>(<const double*>L.base[k])[i]
     return out
 
 
 cdef void plan_f32(SlicePlan* p) noexcept nogil:
     """Whether (and with which parameter tables) the float32 pass applies:
-    x and y contiguous along the run, gamma and beta usable as floats."""
+    x and y contiguous along the run, gamma and beta usable as floats; and
+    whether short rows may take it as one run (p.rows_f32: one kept axis
+    whose rows follow each other in x and y, gamma and beta the same for
+    every row)."""
     cdef const Layout* L = p.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Py_ssize_t row_bytes = p.run_len * sizeof(float)
     cdef bint ok = (p.has_y and inner.stride[OP_X] == sizeof(float)
                     and inner.stride[OP_Y] == sizeof(float))
     p.g32 = NULL
     p.b32 = NULL
+    p.rows_f32 = False
     if ok:
         p.g32 = float_param(L, OP_G, p.run_len, &ok)
     if ok:
         p.b32 = float_param(L, OP_B, p.run_len, &ok)
     p.f32 = ok
+    if not (ok and L.n_kept == 1 and L.n_red == 1 and FN_WF <= p.run_len and row_bytes <= SHORT_ROW_BYTES
+            and L.kept[0].stride[OP_X] == row_bytes and L.kept[0].stride[OP_Y] == row_bytes
+            and same_for_all(L, OP_G) and same_for_all(L, OP_B)):
+        return
+    # One value for every row: a table of it, so that one pass serves.
+    if p.g32 == NULL:
+        p.g32 = float_table(L, OP_G, p.run_len)
+    if p.b32 == NULL:
+        p.b32 = float_table(L, OP_B, p.run_len)
+    p.rows_f32 = p.g32 != NULL and p.b32 != NULL
+
+
+cdef inline double* double_table(const Layout* L, int k, Py_ssize_t n) noexcept nogil:
+    """float_table's layout in float64."""
+    cdef Py_ssize_t i, step = L.red[L.n_red - 1].stride[k] // sizeof(double)
+    cdef double* out = <double*>malloc((n + WRAP) * sizeof(double))
+    if out == NULL:
+        return NULL
+    for i in range(n):
+        out[i] = (<const double*>L.base[k])[i * step]
+    for i in range(WRAP):
+        out[n + i] = out[i % n]
+    return out
+
+
+cdef void plan_f64(SlicePlan* p) noexcept nogil:
+    """Whether short float64 rows may be normalized as one run (p.rows_f64;
+    the same conditions as p.rows_f32) and the tables that takes."""
+    cdef const Layout* L = p.L
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Py_ssize_t row_bytes = p.run_len * sizeof(double)
+    p.rows_f64 = False
+    if not (p.has_y and inner.stride[OP_X] == sizeof(double)
+            and inner.stride[OP_Y] == sizeof(double)
+            and inner.stride[OP_G] in (0, sizeof(double))
+            and inner.stride[OP_B] in (0, sizeof(double))
+            and L.n_kept == 1 and L.n_red == 1 and FN_W <= p.run_len
+            and row_bytes <= SHORT_ROW_BYTES
+            and L.kept[0].stride[OP_X] == row_bytes and L.kept[0].stride[OP_Y] == row_bytes
+            and same_for_all(L, OP_G) and same_for_all(L, OP_B)):
+        return
+    p.g64 = double_table(L, OP_G, p.run_len)
+    p.b64 = double_table(L, OP_B, p.run_len)
+    p.rows_f64 = p.g64 != NULL and p.b64 != NULL
 
 
 cdef inline void free_plan_f32(SlicePlan* p) noexcept nogil:
     free(p.g32)
     free(p.b32)
+    free(p.g64)
+    free(p.b64)
 
 
 cdef inline void prefetch_slice(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
@@ -470,6 +563,118 @@ cdef void short_slices(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, i
         i = i + lanes
 
 
+cdef inline bint coef_f32(Coef c, float* m, float* s, float* e) noexcept nogil:
+    """A slice's coefficients for the float32 pass (see normalize_f32); false
+    where float32 cannot hold them with room to spare."""
+    cdef double mean = c.pivot + c.shift
+    m[0] = <float>mean
+    s[0] = <float>c.scale
+    e[0] = <float>((mean - <double>m[0]) * c.scale)
+    return fabs(mean) < 1e30 and 1e-30 < c.scale < 1e30
+
+
+cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
+                     out_t* ko) noexcept nogil:
+    """Slices first .. first + count (SHORT_BATCH at most), each one short
+    contiguous run.  Statistics FN_W slices at a time: their moments
+    (rows_moments) and scales in vectors, one lane per slice.  Output: rows
+    that follow each other in memory (p.rows_f32) in one float32 pass over
+    the whole item, which is still in L2 (fn_normalize_rows_f32); others
+    slice by slice.  Done slice by slice, a run of 32 floats cost four to
+    five times its copy: two reductions across a vector, a division and a
+    square root in a chain, a call and a misaligned head and tail."""
+    cdef const Layout* L = p.L
+    cdef Py_ssize_t n = p.run_len, i = 0, j
+    cdef const char* rows[8]
+    cdef double piv[8]
+    cdef double mean[8]
+    cdef double m2[8]
+    cdef double scale[8]
+    cdef Coef coefs[SHORT_BATCH]
+    cdef float m32[SHORT_BATCH]
+    cdef float s32[SHORT_BATCH]
+    cdef float e32[SHORT_BATCH]
+    cdef double p64[SHORT_BATCH]
+    cdef double h64[SHORT_BATCH]
+    cdef double s64[SHORT_BATCH]
+    cdef Py_ssize_t off_s[8]
+    cdef Odometer s, r
+    cdef fn_vd var, mv, den
+    cdef Moments m
+    cdef bint whole = p.rows_f32 or p.rows_f64
+    cdef const char* x0
+    cdef char* y0
+    cdef int l, lanes, k
+    odo_init(&s, L.kept, L.n_kept, first)
+    odo_init(&r, L.red, L.n_red - 1, 0)
+    x0 = L.base[OP_X] + s.off[OP_X]
+    y0 = L.base[OP_Y] + s.off[OP_Y]
+    while i < count:
+        lanes = <int>min(<Py_ssize_t>FN_W, count - i)
+        for l in range(FN_W):
+            if l < lanes:
+                rows[l] = L.base[OP_X] + s.off[OP_X]
+                off_s[l] = s.off[OP_S]
+                piv[l] = pick_pivot(sload(rows[l], ki), ki)
+                odo_next(&s, L.kept, L.n_kept)
+            else:
+                rows[l] = rows[0]        # a stand-in, its results unused
+                piv[l] = piv[0]
+        if p.mode != MODE_GIVEN:
+            rows_moments(rows, n, piv, mean, m2, ki)
+            if p.mode != MODE_STATS:
+                var = fn_div(fn_load_f64(m2), fn_set1(<double>n))
+                if p.mode == MODE_RMS:
+                    mv = fn_add(fn_load_f64(piv), fn_load_f64(mean))
+                    den = fn_add(fn_fma(mv, mv, var), fn_set1(p.eps))
+                else:
+                    den = fn_add(var, fn_set1(p.eps))
+                fn_store_f64(scale, fn_div(fn_set1(1.0), fn_sqrt(den)))
+            else:
+                fn_store_f64(scale, fn_set1(1.0))
+        for l in range(lanes):
+            j = i + l
+            if p.mode == MODE_GIVEN:
+                coefs[j] = given(L, off_s[l])
+            else:
+                m.n = <double>n
+                m.mean = mean[l]
+                m.m2 = m2[l]
+                if m.mean - m.mean == 0.0 and m.m2 - m.m2 == 0.0:
+                    # q >= e^2 / n exactly; rounding must not make it negative.
+                    m.m2 = max(m.m2, 0.0)
+                    coefs[j] = record(m, piv[l], p.mode, L, off_s[l],
+                                      scale[l] if m.m2 == m2[l]
+                                      else rstd_of(0.0, piv[l] + m.mean, p.mode, p.eps))
+                else:
+                    # inf, NaN or overflow: Welford's way, as for a long run
+                    m = scalar_moments(rows[l], sizeof(in_t), n, piv[l], ki)
+                    coefs[j] = finish(m, piv[l], p.mode, p.eps, L, off_s[l])
+            if p.rows_f32 and whole:
+                whole = coef_f32(coefs[j], &m32[j], &s32[j], &e32[j])
+            elif p.rows_f64:
+                p64[j] = coefs[j].pivot
+                h64[j] = coefs[j].shift
+                s64[j] = coefs[j].scale
+        i = i + lanes
+    if not p.has_y:
+        return
+    if in_t is float and out_t is float:
+        if whole:
+            fn_normalize_rows_f32(<const float*>x0, <float*>y0, count, n, p.g32, p.b32,
+                                  m32, s32, e32, L.stream)
+            return
+    if in_t is double and out_t is double:
+        if whole:
+            fn_normalize_rows_f64(<const double*>x0, <double*>y0, count, n, p.g64, p.b64,
+                                  p64, h64, s64, L.stream)
+            return
+    odo_init(&s, L.kept, L.n_kept, first)
+    for j in range(count):
+        normalize_block(p, &s, &r, 0, n, coefs[j], NULL, ki, ko)
+        odo_next(&s, L.kept, L.n_kept)
+
+
 cdef void slice_item_stats(const SlicePlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
     """Items mode, pass 1: the moments of one (slice, run, block)."""
     cdef Odometer s, r
@@ -493,9 +698,21 @@ cdef void slice_item_normalize(const SlicePlan* p, Py_ssize_t item, in_t* ki, ou
     fn_sfence()
 
 
+cdef inline void short_item(const SlicePlan* p, int way, Py_ssize_t i, in_t* ki,
+                            out_t* ko) noexcept nogil:
+    """Work item i of a short way: SHORT_BATCH slices from i * SHORT_BATCH."""
+    cdef Py_ssize_t first = i * SHORT_BATCH
+    cdef Py_ssize_t count = min(<Py_ssize_t>SHORT_BATCH, p.L.n_slices - first)
+    if way == SHORT_ROWS:
+        short_rows(p, first, count, ki, ko)
+    else:
+        short_slices(p, first, count, ki, ko)
+
+
 cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
                        in_t* ki, out_t* ko) noexcept nogil:
     cdef SlicePlan p
+    cdef int short_way = 0
     cdef Py_ssize_t i, n_items, si, per_slice
     cdef Odometer s
     cdef Moments acc
@@ -514,24 +731,36 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     p.f32 = False
     p.g32 = NULL
     p.b32 = NULL
+    p.rows_f32 = False
+    p.rows_f64 = False
+    p.g64 = NULL
+    p.b64 = NULL
     if in_t is float and out_t is float:
         plan_f32(&p)
+    if in_t is double and out_t is double:
+        plan_f64(&p)
 
-    if nthreads <= 1 or L.n_slices >= 2 * nthreads:
+    # Short slices take a way of their own whatever the thread count (so
+    # that the thread count never changes a bit).
+    if p.n_runs == 1 and p.run_len >= SHORT_ROW_MIN and p.run_len * sizeof(in_t) <= SHORT_ROW_BYTES \
+            and L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t):
+        short_way = SHORT_ROWS
+    elif p.n_runs == 1 and p.run_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
+        short_way = SHORT_SLICES
+    if short_way != 0 or nthreads <= 1 or L.n_slices >= 2 * nthreads:
         # Enough slices for every thread: each takes whole slices.  A thread
         # orders its streamed stores once, after its last slice (a fence per
         # slice cost rows of 64 values a third of their time).
-        if p.n_runs == 1 and p.run_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
+        if short_way != 0:
             n_items = (L.n_slices + SHORT_BATCH - 1) // SHORT_BATCH
             if nthreads > 1:
                 with parallel(num_threads=nthreads):
                     for i in prange(n_items, schedule="guided"):
-                        short_slices(&p, i * SHORT_BATCH,
-                                     min(<Py_ssize_t>SHORT_BATCH, L.n_slices - i * SHORT_BATCH),
-                                     ki, ko)
+                        short_item(&p, short_way, i, ki, ko)
                     fn_sfence()
             else:
-                short_slices(&p, 0, L.n_slices, ki, ko)
+                for i in range(n_items):
+                    short_item(&p, short_way, i, ki, ko)
                 fn_sfence()
         elif nthreads > 1:
             with parallel(num_threads=nthreads):

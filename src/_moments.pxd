@@ -114,6 +114,21 @@ cdef inline Moments lanes_one(const char* x, Py_ssize_t stride, Py_ssize_t steps
     return out
 
 
+cdef inline Moments scalar_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
+                                   double pivot, in_t* kind) noexcept nogil:
+    """Moments of n values of x - pivot, one Welford update per value."""
+    cdef Moments out = moments_empty()
+    cdef Py_ssize_t i
+    cdef double y, d
+    for i in range(n):
+        y = sload(x + i * stride, kind) - pivot
+        out.n = out.n + 1.0
+        d = y - out.mean
+        out.mean = out.mean + d / out.n
+        out.m2 = out.m2 + d * (y - out.mean)
+    return out
+
+
 cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
                                 double pivot, in_t* kind) noexcept nogil:
     """Moments of n values of x - pivot, `stride` bytes apart.
@@ -138,16 +153,68 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
         moments_merge(&acc, &part)
         i = i + steps * FN_W
     if i < n:
-        part = moments_empty()
-        while i < n:
-            y = sload(x + i * stride, kind) - pivot
-            part.n = part.n + 1.0
-            d = y - part.mean
-            part.mean = part.mean + d / part.n
-            part.m2 = part.m2 + d * (y - part.mean)
-            i = i + 1
+        part = scalar_moments(x + i * stride, stride, n - i, pivot, kind)
         moments_merge(&acc, &part)
     return acc
+
+
+cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* pivot,
+                              double* mean, double* m2, in_t* kind) noexcept nogil:
+    """Moments of FN_W short contiguous runs at once: rows[l], n values of
+    x - pivot[l] each, into mean[l] and m2[l].
+
+    A run this short stays in L1 between two looks at it: its mean first,
+    then the squared deviations from it, corrected by their sum (the
+    corrected two-pass formula: as exact as Welford's, with no chain of
+    updates).  Each look sums a run into a vector; the FN_W vectors are
+    summed across their lanes together (fn_hsum_rows).  A run with inf, NaN
+    or overflowing sums gets a non-finite mean or m2: the caller redoes it
+    Welford's way (scalar_moments)."""
+    cdef fn_vd acc[8]
+    cdef fn_vd sq[8]
+    cdef double tail[8]
+    cdef double tail_sq[8]
+    cdef fn_vd a, q, d, piv, mu, t, e
+    cdef Py_ssize_t w = sizeof(in_t), body = n - n % FN_W, j
+    cdef double inv_n = 1.0 / <double>n, dv
+    cdef int l
+    for l in range(FN_W):
+        piv = fn_set1(pivot[l])
+        a = fn_zero()
+        j = 0
+        while j < body:
+            a = fn_add(a, shifted(vload(rows[l] + j * w, w, kind), piv, kind))
+            j = j + FN_W
+        acc[l] = a
+        tail[l] = 0.0
+        for j in range(body, n):
+            tail[l] = tail[l] + (sload(rows[l] + j * w, kind) - pivot[l])
+    t = fn_mul(fn_add(fn_hsum_rows(acc), fn_load_f64(tail)), fn_set1(inv_n))
+    fn_store_f64(mean, t)
+    for l in range(FN_W):
+        piv = fn_set1(pivot[l])
+        mu = fn_set1(mean[l])
+        a = fn_zero()
+        q = fn_zero()
+        j = 0
+        while j < body:
+            d = fn_sub(shifted(vload(rows[l] + j * w, w, kind), piv, kind), mu)
+            a = fn_add(a, d)
+            q = fn_fma(d, d, q)
+            j = j + FN_W
+        acc[l] = a
+        sq[l] = q
+        tail[l] = 0.0
+        tail_sq[l] = 0.0
+        for j in range(body, n):
+            dv = (sload(rows[l] + j * w, kind) - pivot[l]) - mean[l]
+            tail[l] = tail[l] + dv
+            tail_sq[l] = tail_sq[l] + dv * dv
+    # e = sum of deviations: zero but for the rounding of the mean.
+    e = fn_add(fn_hsum_rows(acc), fn_load_f64(tail))
+    q = fn_add(fn_hsum_rows(sq), fn_load_f64(tail_sq))
+    fn_store_f64(mean, fn_fma(e, fn_set1(inv_n), t))
+    fn_store_f64(m2, fn_sub(q, fn_mul(fn_mul(e, e), fn_set1(inv_n))))
 
 
 cdef inline double pick_pivot(double first, in_t* kind) noexcept nogil:

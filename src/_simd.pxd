@@ -7,6 +7,7 @@ cdef extern from "fastnorm_simd.h" nogil:
     ctypedef unsigned short half_t "fn_half"
 
     const int FN_W
+    const int FN_WF
     const int FN_NV
     const int FN_NVC
     const int FN_OPENMP
@@ -21,6 +22,9 @@ cdef extern from "fastnorm_simd.h" nogil:
     fn_vd fn_sub(fn_vd a, fn_vd b)
     fn_vd fn_mul(fn_vd a, fn_vd b)
     fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c)
+    fn_vd fn_div(fn_vd a, fn_vd b)
+    fn_vd fn_sqrt(fn_vd a)
+    fn_vd fn_hsum_rows(const fn_vd* v)
     double fn_hsum(fn_vd a)
     void fn_prefetch(const void* p)
     void fn_prefetch_l2(const void* p)
@@ -40,6 +44,12 @@ cdef extern from "fastnorm_simd.h" nogil:
                           float m, float s, float e, int stream)
     void fn_normalize_cols_f32(const float* x, float* y, const float* m, const float* s,
                                const float* e, Py_ssize_t n, float g, float b, int stream)
+    void fn_normalize_rows_f32(const float* x, float* y, Py_ssize_t rows, Py_ssize_t n,
+                               const float* g, const float* b, const float* m, const float* s,
+                               const float* e, int stream)
+    void fn_normalize_rows_f64(const double* x, double* y, Py_ssize_t rows, Py_ssize_t n,
+                               const double* g, const double* b, const double* p,
+                               const double* h, const double* s, int stream)
     void fn_normalize_periodic_f32(const float* x, float* y, Py_ssize_t total, const float* m,
                                    const float* s, const float* e, Py_ssize_t n, int stream)
     void fn_grad_cols_f32(const float* x, const float* dy, float* dx, const float* m,

@@ -34,6 +34,8 @@
 #define FN_VBYTES 16
 #endif
 #define FN_W (FN_VBYTES / 8)
+/* floats per vector (the float32 passes) */
+#define FN_WF (FN_VBYTES / 4)
 /* Independent vector accumulators per Welford run: enough to hide the
  * latency of the sub -> fma chain of one update. */
 #define FN_NV 8
@@ -139,6 +141,20 @@ static inline fn_vd fn_add(fn_vd a, fn_vd b) { return a + b; }
 static inline fn_vd fn_sub(fn_vd a, fn_vd b) { return a - b; }
 static inline fn_vd fn_mul(fn_vd a, fn_vd b) { return a * b; }
 static inline fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c) { return a * b + c; }
+static inline fn_vd fn_div(fn_vd a, fn_vd b) { return a / b; }
+static inline fn_vd fn_sqrt(fn_vd a)
+{
+#if defined(__AVX512F__)
+    return (fn_vd)_mm512_sqrt_pd((__m512d)a);
+#elif defined(__AVX__)
+    return (fn_vd)_mm256_sqrt_pd((__m256d)a);
+#elif defined(__SSE2__)
+    return (fn_vd)_mm_sqrt_pd((__m128d)a);
+#else
+    for (int i = 0; i < FN_W; i++) a[i] = sqrt(a[i]);
+    return a;
+#endif
+}
 static inline double fn_lane(fn_vd a, int i) { return a[i]; }
 static inline fn_vd fn_load_f64(const double *p) { fn_vd v; memcpy(&v, p, sizeof v); return v; }
 static inline void fn_store_f64(double *p, fn_vd v) { memcpy(p, &v, sizeof v); }
@@ -246,6 +262,8 @@ static inline fn_vd fn_add(fn_vd a, fn_vd b) { for (int i = 0; i < FN_W; i++) a.
 static inline fn_vd fn_sub(fn_vd a, fn_vd b) { for (int i = 0; i < FN_W; i++) a.v[i] -= b.v[i]; return a; }
 static inline fn_vd fn_mul(fn_vd a, fn_vd b) { for (int i = 0; i < FN_W; i++) a.v[i] *= b.v[i]; return a; }
 static inline fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c) { for (int i = 0; i < FN_W; i++) c.v[i] += a.v[i] * b.v[i]; return c; }
+static inline fn_vd fn_div(fn_vd a, fn_vd b) { for (int i = 0; i < FN_W; i++) a.v[i] /= b.v[i]; return a; }
+static inline fn_vd fn_sqrt(fn_vd a) { for (int i = 0; i < FN_W; i++) a.v[i] = sqrt(a.v[i]); return a; }
 static inline double fn_lane(fn_vd a, int i) { return a.v[i]; }
 static inline fn_vd fn_load_f64(const double *p) { fn_vd r; memcpy(r.v, p, sizeof r.v); return r; }
 static inline void fn_store_f64(double *p, fn_vd v) { memcpy(p, v.v, sizeof v.v); }
@@ -291,6 +309,42 @@ static inline double fn_hsum(fn_vd a)
 #endif
 }
 
+/* Lane l of the result is the sum of v[l]'s lanes, for FN_W vectors: the
+ * horizontal sums of a batch of rows in one go (a network of shuffles and
+ * adds, a fixed order), instead of FN_W reductions one after another. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))
+#endif
+static inline fn_vd fn_hsum_rows(const fn_vd *v)
+{
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+    __m512d p[4], q[2];
+    for (int k = 0; k < 4; k++) {
+        __m512d a = (__m512d)v[2 * k], b = (__m512d)v[2 * k + 1];
+        /* 128-bit lane j: (a's pair j summed, b's pair j summed) */
+        p[k] = _mm512_add_pd(_mm512_unpacklo_pd(a, b), _mm512_unpackhi_pd(a, b));
+    }
+    for (int k = 0; k < 2; k++)   /* lanes: (rows 4k, 4k+1) halves, (4k+2, 4k+3) halves */
+        q[k] = _mm512_add_pd(_mm512_shuffle_f64x2(p[2 * k], p[2 * k + 1], 0x88),
+                             _mm512_shuffle_f64x2(p[2 * k], p[2 * k + 1], 0xdd));
+    return (fn_vd)_mm512_add_pd(_mm512_shuffle_f64x2(q[0], q[1], 0x88),
+                                _mm512_shuffle_f64x2(q[0], q[1], 0xdd));
+#elif defined(__AVX__) && (defined(__GNUC__) || defined(__clang__))
+    __m256d h01 = _mm256_hadd_pd((__m256d)v[0], (__m256d)v[1]);
+    __m256d h23 = _mm256_hadd_pd((__m256d)v[2], (__m256d)v[3]);
+    return (fn_vd)_mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
+                                _mm256_permute2f128_pd(h01, h23, 0x31));
+#elif defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+    return (fn_vd)_mm_add_pd(_mm_unpacklo_pd((__m128d)v[0], (__m128d)v[1]),
+                             _mm_unpackhi_pd((__m128d)v[0], (__m128d)v[1]));
+#else
+    double t[FN_W];
+    for (int l = 0; l < FN_W; l++)
+        t[l] = fn_hsum(v[l]);
+    return fn_load_f64(t);
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* float32 in, float32 out: the normalization pass in float32 arithmetic. */
 /*
@@ -303,7 +357,6 @@ static inline double fn_hsum(fn_vd a)
  */
 #if defined(__GNUC__) || defined(__clang__)
 typedef float fn_vf32 __attribute__((vector_size(FN_VBYTES)));
-#define FN_WF (FN_VBYTES / 4)
 
 /* Values of y before its first vector-aligned address (0 without stream). */
 static inline ptrdiff_t fn_head_f32(const float *y, ptrdiff_t n, int stream)
@@ -404,6 +457,110 @@ static inline void fn_normalize_periodic_f32(const float *x, float *y, ptrdiff_t
         y[i] = (x[i] - m[c]) * s[c] - e[c];
         if (++c == n)
             c = 0;
+    }
+}
+
+/* Rows of n >= FN_WF values that follow each other in memory (x and y),
+ * row r's coefficients m, s, e [r], gamma and beta g, b [c] along the row,
+ * continued periodically for FN_WF values (g[n + j] = g[j]), as one run:
+ * the vectors line up with y (so that they can be streamed), whatever n
+ * is; a vector that crosses from row r into row r + 1 takes each lane's
+ * coefficients from its own row.  Short rows normalized one at a time
+ * paid a call, a misaligned head and a tail for every few vectors. */
+static inline void fn_normalize_rows_f32(const float *x, float *y, ptrdiff_t rows, ptrdiff_t n,
+                                         const float *g, const float *b, const float *m,
+                                         const float *s, const float *e, int stream)
+{
+    ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
+#if defined(__GNUC__) || defined(__clang__)
+    typedef int32_t fn_vi32 __attribute__((vector_size(FN_VBYTES)));
+    fn_vi32 lane;
+    for (int l = 0; l < FN_WF; l++)
+        lane[l] = l;
+    for (ptrdiff_t head = fn_head_f32(y, total, stream); i < head; i++) {
+        y[i] = ((x[i] - m[r]) * s[r] - e[r]) * g[c] + b[c];
+        if (++c == n) {
+            c = 0;
+            r++;
+        }
+    }
+    for (; i + FN_WF <= total; i += FN_WF) {
+        fn_vf32 vm = fn_set1_f32(m[r]), vs = fn_set1_f32(s[r]), ve = fn_set1_f32(e[r]);
+        if (n - c < FN_WF) {
+            /* lanes from n - c on are row r + 1's (which exists: the
+             * vector ends within the run) */
+            fn_vi32 own = lane < (int32_t)(n - c);
+            vm = (fn_vf32)(((fn_vi32)vm & own) | ((fn_vi32)fn_set1_f32(m[r + 1]) & ~own));
+            vs = (fn_vf32)(((fn_vi32)vs & own) | ((fn_vi32)fn_set1_f32(s[r + 1]) & ~own));
+            ve = (fn_vf32)(((fn_vi32)ve & own) | ((fn_vi32)fn_set1_f32(e[r + 1]) & ~own));
+        }
+        fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * fn_loadu_f32(g + c)
+                          + fn_loadu_f32(b + c), stream);
+        c += FN_WF;
+        if (c >= n) {
+            c -= n;
+            r++;
+        }
+    }
+#endif
+    for (; i < total; i++) {
+        y[i] = ((x[i] - m[r]) * s[r] - e[r]) * g[c] + b[c];
+        if (++c == n) {
+            c = 0;
+            r++;
+        }
+    }
+}
+
+/* The same for float64 rows of n >= FN_W values, in float64: y = ((x -
+ * p[r]) - h[r]) * s[r] * g[c] + b[c] (pivot, shift and scale of row r). */
+static inline void fn_normalize_rows_f64(const double *x, double *y, ptrdiff_t rows, ptrdiff_t n,
+                                         const double *g, const double *b, const double *p,
+                                         const double *h, const double *s, int stream)
+{
+    ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
+#if defined(__GNUC__) || defined(__clang__)
+    typedef int64_t fn_vi64 __attribute__((vector_size(FN_VBYTES)));
+    fn_vi64 lane;
+    for (int l = 0; l < FN_W; l++)
+        lane[l] = l;
+    if (stream) {
+        ptrdiff_t head = (ptrdiff_t)(((uintptr_t)y / sizeof(double)) % FN_W);
+        head = head == 0 ? 0 : FN_W - head;
+        for (head = head > total ? total : head; i < head; i++) {
+            y[i] = ((x[i] - p[r]) - h[r]) * s[r] * g[c] + b[c];
+            if (++c == n) {
+                c = 0;
+                r++;
+            }
+        }
+    }
+    for (; i + FN_W <= total; i += FN_W) {
+        fn_vd vp = fn_set1(p[r]), vh = fn_set1(h[r]), vs = fn_set1(s[r]), t;
+        if (n - c < FN_W) {
+            fn_vi64 own = lane < (int64_t)(n - c);
+            vp = (fn_vd)(((fn_vi64)vp & own) | ((fn_vi64)fn_set1(p[r + 1]) & ~own));
+            vh = (fn_vd)(((fn_vi64)vh & own) | ((fn_vi64)fn_set1(h[r + 1]) & ~own));
+            vs = (fn_vd)(((fn_vi64)vs & own) | ((fn_vi64)fn_set1(s[r + 1]) & ~own));
+        }
+        t = ((fn_load_f64(x + i) - vp) - vh) * vs * fn_load_f64(g + c) + fn_load_f64(b + c);
+        if (stream)
+            fn_stream_f64(y + i, t);
+        else
+            fn_store_f64(y + i, t);
+        c += FN_W;
+        if (c >= n) {
+            c -= n;
+            r++;
+        }
+    }
+#endif
+    for (; i < total; i++) {
+        y[i] = ((x[i] - p[r]) - h[r]) * s[r] * g[c] + b[c];
+        if (++c == n) {
+            c = 0;
+            r++;
+        }
     }
 }
 

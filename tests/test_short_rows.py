@@ -1,0 +1,186 @@
+"""Short rows: slices that are one contiguous run of 16 values up to 1 KiB.
+
+Their statistics are taken a batch of rows at a time (one vector lane per
+row, the corrected two-pass formula), and rows that follow each other in x
+and y are normalized as one run whose vectors may cross from one row into
+the next.  These cases hit that way: row lengths that do and do not fill
+whole vectors, row counts that leave a partial batch and several work
+items, gamma and beta along the row or one for all, outputs that are not
+where the rows end (which keep the row-by-row output), and
+rows whose sums overflow or meet inf/NaN (redone Welford's way).  Every
+value is compared with the plain float64 reference on the same input.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import fastnorm
+from fastnorm import _dispatch
+from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm
+
+EPS = 1e-5
+
+
+def _tol(y_ref, dtype, spread=1.0):
+    return OUT_TOL[np.dtype(dtype)] * (1.0 + np.abs(y_ref)) * spread
+
+
+def _check_layer_norm(x, gamma, beta, y):
+    ref, mean, rstd, _, _ = ref_layer_norm(x, (1,), gamma, beta, eps=EPS)
+    assert_close(y, ref, _tol(ref, x.dtype, 4.0), "y")
+
+
+@st.composite
+def short_row_problems(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.float16]))
+    limit = 1024 // np.dtype(dtype).itemsize
+    n = draw(st.integers(16, limit + 8))          # a few past the limit too
+    rows = draw(st.integers(1, 600))
+    offset = draw(st.sampled_from([0.0, 3.0, 1e6 if dtype != np.float16 else 100.0]))
+    params = draw(st.sampled_from(["none", "along", "one"]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return dtype, n, rows, offset, params, seed
+
+
+def _problem(dtype, n, rows, offset, params, seed):
+    rng = np.random.default_rng(seed)
+    x = (offset + rng.standard_normal((rows, n))).astype(dtype)
+    gamma = beta = None
+    if params == "along":
+        gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
+    elif params == "one":
+        gamma, beta = rng.uniform(0.5, 2.0, (1, 1)), rng.standard_normal((1, 1))
+    return x, gamma, beta
+
+
+@given(short_row_problems())
+def test_short_rows_layer_norm(problem):
+    x, gamma, beta = _problem(*problem)
+    y, mean, rstd = fastnorm.layer_norm(x, gamma, beta, eps=EPS, return_stats=True)
+    ref, rmean, rrstd, _, _ = ref_layer_norm(x, (1,), gamma, beta, eps=EPS)
+    assert_close(y, ref, _tol(ref, x.dtype, 4.0), "y")
+    assert_close(mean, rmean, 1e-6 * (1 + np.abs(rmean)) if x.dtype != np.float64
+                 else 1e-12 * (1 + np.abs(rmean)), "mean")
+    assert_close(rstd, rrstd, 1e-5 * rrstd if x.dtype != np.float64 else 1e-11 * rrstd, "rstd")
+
+
+@given(short_row_problems())
+def test_short_rows_rms_norm_and_mean_var(problem):
+    x, gamma, _ = _problem(*problem)
+    y = fastnorm.rms_norm(x, gamma, eps=EPS)
+    ref, _ = ref_rms_norm(x, (1,), gamma, eps=EPS)
+    assert_close(y, ref, _tol(ref, x.dtype, 4.0), "rms_norm y")
+    mean, var = fastnorm.mean_var(x, axis=1, dtype=np.float64)
+    rmean, rvar, _ = ref_mean_var(x, (1,))
+    tol = 1e-12 if x.dtype == np.float64 else 1e-9
+    assert_close(mean, rmean[:, 0], tol * (1 + np.abs(rmean[:, 0])), "mean")
+    assert_close(var, rvar[:, 0], tol * (1 + rvar[:, 0] + rmean[:, 0] ** 2), "var")
+
+
+@pytest.mark.parametrize("n", [16, 17, 32, 100, 255])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_short_rows_every_level_and_thread_count(simd_level, n, dtype):
+    # Rows of n values, 2100 of them (nine work items, a partial batch),
+    # and rows of 8 values (the transposed way) for contrast.
+    rng = np.random.default_rng(n)
+    x = (1e3 + rng.standard_normal((2100, n))).astype(dtype)
+    gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
+    outs = []
+    for threads in (1, 2):
+        fastnorm.set_num_threads(threads)
+        outs.append(fastnorm.layer_norm(x, gamma, beta, eps=EPS))
+    _check_layer_norm(x, gamma, beta, outs[0])
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_short_rows_output_apart_from_the_rows(dtype):
+    # y not where the rows end (a strided view, a misaligned start): still
+    # right, whichever way the output goes.
+    rng = np.random.default_rng(1)
+    x = (5 + rng.standard_normal((700, 48))).astype(dtype)
+    gamma, beta = rng.uniform(0.5, 2.0, 48), rng.standard_normal(48)
+    wide = np.full((700, 50), 7.0, dtype)
+    fastnorm.layer_norm(x, gamma, beta, eps=EPS, out=wide[:, 1:49])
+    _check_layer_norm(x, gamma, beta, wide[:, 1:49])
+    assert (wide[:, 0] == 7).all() and (wide[:, 49] == 7).all()
+    flat = np.full(700 * 48 + 1, 7.0, dtype)
+    y = flat[1:].reshape(700, 48)
+    fastnorm.layer_norm(x, gamma, beta, eps=EPS, out=y)
+    _check_layer_norm(x, gamma, beta, y)
+    assert flat[0] == 7
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_short_rows_streamed_misaligned_output(dtype):
+    # Over 8 MiB of output is written with non-temporal stores from the
+    # first vector-aligned address; rows of 33 values from an odd start.
+    rng = np.random.default_rng(2)
+    rows = (9 << 20) // (33 * np.dtype(dtype).itemsize) + 5
+    x = (2 + rng.standard_normal((rows, 33))).astype(dtype)
+    gamma, beta = rng.uniform(0.5, 2.0, 33), rng.standard_normal(33)
+    flat = np.empty(rows * 33 + 3, dtype)
+    y = flat[3:].reshape(rows, 33)
+    fastnorm.layer_norm(x, gamma, beta, eps=EPS, out=y)
+    _check_layer_norm(x, gamma, beta, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_short_rows_nonfinite_rows_leave_the_others_alone(dtype):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((37, 40)).astype(dtype)
+    x[3, 5] = np.nan
+    x[8, 0] = np.inf
+    x[9, 39] = -np.inf
+    x[10, 2], x[10, 7] = np.inf, -np.inf
+    bad = np.zeros(37, bool)
+    bad[[3, 8, 9, 10]] = True
+    y, mean, rstd = fastnorm.layer_norm(x, eps=EPS, return_stats=True)
+    assert np.isnan(y[bad]).any(axis=1).all()
+    assert np.isnan(mean[bad]).all()
+    good = ~bad
+    _check_layer_norm(x[good], None, None, y[good])
+    m, v = fastnorm.mean_var(x, axis=1)
+    assert np.isnan(m[bad]).all() and np.isnan(v[bad]).all()
+    rmean, rvar, _ = ref_mean_var(x[good], (1,))
+    assert_close(v[good], rvar[:, 0], 1e-5 * rvar[:, 0], "var")
+
+
+def test_short_rows_sums_that_overflow_are_redone():
+    # 32 values near the top of float64's range: their sum overflows, their
+    # mean does not.  The batch's two-pass sums give inf; Welford's running
+    # mean, which the row is handed back to, stays finite.
+    rng = np.random.default_rng(4)
+    x = rng.uniform(2e307, 1.7e308, (20, 32))
+    x[1] = rng.standard_normal(32)               # an ordinary row in the batch
+    mean, _ = fastnorm.mean_var(x, axis=1)
+    expected = (x / 32).sum(axis=1)
+    assert np.isfinite(mean).all()
+    assert_close(mean, expected, 1e-12 * np.abs(expected) + 1e-300, "mean")
+    rmean, rvar, _ = ref_mean_var(x[1:2], (1,))
+    assert_close(fastnorm.mean_var(x, axis=1)[1][1], rvar[0, 0], 1e-12 * rvar[0, 0], "var")
+
+
+def test_short_rows_eval_statistics_given():
+    # Batch norm over a single image of (C, 16..) maps: one run per channel,
+    # statistics given (no moments taken).
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 24, 5, 7))
+    rm, rv = rng.standard_normal(24), rng.uniform(0.5, 2.0, 24)
+    gamma, beta = rng.uniform(0.5, 2.0, 24), rng.standard_normal(24)
+    y = fastnorm.batch_norm(x, gamma, beta, rm, rv, training=False, eps=EPS)
+    c = (slice(None), None, None)
+    ref = (x - rm[c]) / np.sqrt(rv[c] + EPS) * gamma[c] + beta[c]
+    assert_close(y, ref, 1e-12 * (1 + np.abs(ref)), "y")
+
+
+def test_short_rows_invariances():
+    # Layer norm is invariant to re-scaling and re-centring each row.
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((300, 64))
+    a = rng.uniform(0.1, 10.0, (300, 1))
+    b = rng.uniform(-100.0, 100.0, (300, 1))
+    y1 = fastnorm.layer_norm(x, eps=0.0)
+    y2 = fastnorm.layer_norm(a * x + b, eps=0.0)
+    assert_close(y2, y1, 1e-11 * (1 + np.abs(y1)), "invariance")
+    assert _dispatch.kernels.layout_pattern(x, (False, True)) == "slices"
