@@ -84,12 +84,12 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
     cdef Py_ssize_t j, lanes = FN_NV * FN_W
     cdef int v
     cdef Moments out
-    cdef double shift, s1
+    cdef double shift = 0.0, s1
     for v in range(FN_NV):
         mean[v] = fn_zero()
         m2[v] = fn_zero()
     if in_t is not double:
-        # Shifted sums (mean[v]: S1, m2[v]: S2 of the lanes); pivot is 0.
+        # Shifted sums: mean[v] holds the lanes' S1, m2[v] their S2.
         shift = sload(x, kind)
         r = fn_set1(shift)
         for j in range(steps):
@@ -97,31 +97,27 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
                 d = fn_sub(vload(x + (j * lanes + v * FN_W) * stride, stride, kind), r)
                 mean[v] = fn_add(mean[v], d)
                 m2[v] = fn_fma(d, d, m2[v])
-        acc = mean[0]
-        q = m2[0]
-        for v in range(1, FN_NV):
-            acc = fn_add(acc, mean[v])
-            q = fn_add(q, m2[v])
-        out.n = <double>(steps * lanes)
-        s1 = fn_hsum(acc)
-        out.mean = shift + s1 / out.n
-        out.m2 = fn_hsum(q) - s1 * (s1 / out.n)
-        if out.m2 < 0.0:         # rounding of a (near) constant block; NaN stays
-            out.m2 = 0.0
-        return out
-    for j in range(steps):
-        r = fn_set1(1.0 / <double>(j + 1))
-        for v in range(FN_NV):
-            welford_step(shifted(vload(x + (j * lanes + v * FN_W) * stride, stride, kind), piv,
-                                 kind), r, &mean[v], &m2[v])
-    # Merge lanes of equal count: the mean of the means, and the lanes' M2
-    # plus the spread of their means (Chan's formula with equal weights).
+    else:
+        for j in range(steps):
+            r = fn_set1(1.0 / <double>(j + 1))
+            for v in range(FN_NV):
+                welford_step(shifted(vload(x + (j * lanes + v * FN_W) * stride, stride, kind),
+                                     piv, kind), r, &mean[v], &m2[v])
     acc = mean[0]
     q = m2[0]
     for v in range(1, FN_NV):
         acc = fn_add(acc, mean[v])
         q = fn_add(q, m2[v])
     out.n = <double>(steps * lanes)
+    if in_t is not double:
+        s1 = fn_hsum(acc)
+        out.mean = shift + s1 / out.n      # the pivot of float16/float32 is 0
+        out.m2 = fn_hsum(q) - s1 * (s1 / out.n)
+        if out.m2 < 0.0:         # rounding of a (near) constant block; NaN stays
+            out.m2 = 0.0
+        return out
+    # Merge lanes of equal count: the mean of the means, and the lanes' M2
+    # plus the spread of their means (Chan's formula with equal weights).
     out.mean = fn_hsum(acc) / lanes
     dev = fn_zero()
     for v in range(FN_NV):
