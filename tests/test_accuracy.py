@@ -121,10 +121,11 @@ def test_mean_var_float64_with_offset(offset):
 @pytest.mark.parametrize("first", [0.0, 1e4])
 @pytest.mark.parametrize("axis", [0, 1])
 def test_float32_blocks_keep_float64_digits(simd_level, offset, first, axis):
-    # float16/float32 blocks take sums shifted by their first value.  Even
-    # where that value sits 1e4 standard deviations from the rest (an
-    # outlier that opens every 4096-value block), the float64 variance
-    # keeps about 40 bits: checked at 1e-10, far below float32's 6e-8.
+    # float16/float32 blocks of a run take sums shifted by their first
+    # value.  Even where that value sits 1e4 standard deviations from the
+    # rest (an outlier that opens every 4096-value block), the float64
+    # variance keeps about 40 bits: checked at 1e-10, far below float32's
+    # 6e-8.  Columns (axis 0) keep Welford's updates; the same bar holds.
     rng = np.random.default_rng(7)
     scale = max(1.0, offset * 1e-6)         # spread a float32 can hold there
     x = (offset + scale * rng.standard_normal((8, 3 * 4096 + 77))).astype(np.float32)
