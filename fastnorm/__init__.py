@@ -1,7 +1,7 @@
 """fastnorm: normalization for NumPy at the speed of memory.
 
-Exact single-pass statistics (Welford within blocks, Chan et al.'s merge
-across blocks and threads) and fused normalization kernels over any axes of
+Exact single-pass statistics (Welford updates or shifted sums within blocks,
+Chan et al.'s merge across blocks and threads) and fused normalization kernels over any axes of
 any strided array: ``mean_var``, ``layer_norm``, ``rms_norm``,
 ``batch_norm``, ``group_norm``, ``instance_norm``, ``weight_norm`` and
 ``weight_standardize``, with the gradients ``layer_norm_backward``,

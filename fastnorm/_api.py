@@ -16,10 +16,11 @@ __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
 def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     """Mean and variance in one pass.
 
-    Welford updates within blocks, merged across blocks and threads with Chan
-    et al.'s formula, all in float64 and shifted by a value of each slice, so
-    data with a large common offset (``1e6 + noise`` in float32) keeps its
-    digits where ``E[x**2] - E[x]**2`` would lose them.
+    Welford updates within blocks (float16/float32 runs: sums shifted by a
+    value of the block), merged across blocks and threads with Chan et al.'s
+    formula, all in float64 and shifted by a value of each slice or block,
+    so data with a large common offset (``1e6 + noise`` in float32) keeps
+    its digits where ``E[x**2] - E[x]**2`` would lose them.
 
     Parameters
     ----------

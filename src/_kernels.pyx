@@ -41,16 +41,25 @@ cdef enum:
     # Values per Welford block along a run: one block is one work item when a
     # few long slices are split across threads.
     CHUNK = 4096
-    # Slices of one run of at most this many values take their statistics
-    # FN_W at a time, one per vector lane (short_slices).  float32 rows of 8,
-    # 32 and 64 values: layer_norm 36 -> 11x, 11 -> 4.9x and 6.2 -> 3.6x a
-    # copy, mean_var 22 -> 10x at 8; at 128 values the lanes' Welford chain
-    # made mean_var slower (1.8 -> 2.7x), so longer slices keep their own way.
-    SHORT_SLICE_MAX = 64
-    # Slices per work item of short_slices.
-    SHORT_BATCH = 256
+    # Slices of one contiguous run of SHORT_ROW_MIN values up to
+    # SHORT_ROW_BYTES take the short_rows way: statistics a group of slices
+    # at a time, one vector lane per slice, output of rows that follow each
+    # other as one run.  Against each slice its own way, rows of (32, 100,
+    # 256) float32 values: layer_norm 3.9 -> 2.8, 5.2 -> 2.0, 2.5 -> 1.8x a
+    # copy; float64 rows of 32 and 100: 3.4 -> 2.8, 2.4 -> 1.4x.  Rows of 8
+    # values were faster the short_slices way (8.2 against 10.8x), float64
+    # rows of 256 (2 KiB) their own way (1.2 against 1.7x).
     SHORT_ROW_MIN = 16
     SHORT_ROW_BYTES = 1024
+    # Other slices of one run of at most this many values (rows shorter than
+    # SHORT_ROW_MIN, strided runs) take their statistics FN_W at a time, one
+    # per vector lane, the values copied side by side (short_slices).
+    # float32 rows of 8, 32 and 64 values: layer_norm 36 -> 11x, 11 -> 4.9x
+    # and 6.2 -> 3.6x a copy, mean_var 22 -> 10x at 8; at 128 values the
+    # lanes' Welford chain made mean_var slower (1.8 -> 2.7x).
+    SHORT_SLICE_MAX = 64
+    # Slices per work item of the two short ways.
+    SHORT_BATCH = 256
     # Columns per tile of the COLUMNS pattern (a statistics item's scratch:
     # 2 x 2048 doubles).  Wider tiles write rows in fewer pieces: 1024 -> 2048
     # measured 1.44 -> 1.21x copy for eval batch_norm over (4096, 2048).
