@@ -414,7 +414,8 @@ cdef void plan_f32(SlicePlan* p) noexcept nogil:
     if ok:
         p.b32 = float_param(L, OP_B, p.run_len, &ok)
     p.f32 = ok
-    if not (ok and L.n_kept == 1 and L.n_red == 1 and FN_WF <= p.run_len and row_bytes <= SHORT_ROW_BYTES
+    if not (ok and L.n_kept == 1 and L.n_red == 1 and FN_WF <= p.run_len
+            and row_bytes <= SHORT_ROW_BYTES
             and L.kept[0].stride[OP_X] == row_bytes and L.kept[0].stride[OP_Y] == row_bytes
             and same_for_all(L, OP_G) and same_for_all(L, OP_B)):
         return
@@ -751,15 +752,16 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
 
     # Short slices take a way of their own whatever the thread count (so
     # that the thread count never changes a bit).
-    if p.n_runs == 1 and p.run_len >= SHORT_ROW_MIN and p.run_len * sizeof(in_t) <= SHORT_ROW_BYTES \
-            and L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t):
+    if (p.n_runs == 1 and p.run_len >= SHORT_ROW_MIN
+            and p.run_len * sizeof(in_t) <= SHORT_ROW_BYTES
+            and L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t)):
         short_way = SHORT_ROWS
     elif p.n_runs == 1 and p.run_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
         short_way = SHORT_SLICES
     if short_way != 0 or nthreads <= 1 or L.n_slices >= 2 * nthreads:
-        # Enough slices for every thread: each takes whole slices.  A thread
-        # orders its streamed stores once, after its last slice (a fence per
-        # slice cost rows of 64 values a third of their time).
+        # Short slices, or enough for every thread: each takes whole slices.
+        # A thread orders its streamed stores once, after its last slice (a
+        # fence per slice cost rows of 64 values a third of their time).
         if short_way != 0:
             n_items = (L.n_slices + SHORT_BATCH - 1) // SHORT_BATCH
             if nthreads > 1:
