@@ -300,6 +300,8 @@ cdef inline const char* run_start(const SlicePlan* p, const Odometer* s, const O
 
 
 cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) noexcept nogil:
+    if p.mode == MODE_RMS:
+        return 0.0               # block_moments sums squares of x itself
     return pick_pivot(sload(p.L.base[OP_X] + s.off[OP_X], ki), ki)
 
 
@@ -308,6 +310,9 @@ cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const O
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     cdef Py_ssize_t start = b * CHUNK
     cdef Py_ssize_t n = min(<Py_ssize_t>CHUNK, p.run_len - start)
+    if p.mode == MODE_RMS:
+        return square_sums(run_start(p, s, r, OP_X) + start * inner.stride[OP_X],
+                           inner.stride[OP_X], n, ki)
     return run_moments(run_start(p, s, r, OP_X) + start * inner.stride[OP_X],
                        inner.stride[OP_X], n, pivot, ki)
 

@@ -246,6 +246,47 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
     fn_store_f64(m2, fn_sub(q, fn_mul(fn_mul(e, e), fn_set1(inv_n))))
 
 
+cdef inline Moments square_sums(const char* x, Py_ssize_t stride, Py_ssize_t n,
+                                in_t* kind) noexcept nogil:
+    """For rms_norm: n values as moments about 0, (n, 0, sum(x**2)), which
+    is what finish needs (mean(x**2) = m2 / n, the pivot 0) and what Chan's
+    merge keeps (it preserves m2 + n * mean**2).  A sum of squares has no
+    cancellation to guard against: one FMA per vector, where Welford's
+    updates cost four."""
+    cdef fn_vd acc[FN_NV]
+    cdef fn_vd v, q
+    cdef Py_ssize_t i = 0, step = FN_NV * FN_W
+    cdef double t = 0.0, y
+    cdef int k
+    cdef Moments out
+    for k in range(FN_NV):
+        acc[k] = fn_zero()
+    while i + step <= n:
+        for k in range(FN_NV):
+            v = vload(x + (i + k * FN_W) * stride, stride, kind)
+            acc[k] = fn_fma(v, v, acc[k])
+        i = i + step
+    while i + FN_W <= n:
+        v = vload(x + i * stride, stride, kind)
+        acc[0] = fn_fma(v, v, acc[0])
+        i = i + FN_W
+    while i < n:
+        y = sload(x + i * stride, kind)
+        t = t + y * y
+        i = i + 1
+    q = acc[0]
+    for k in range(1, FN_NV):
+        q = fn_add(q, acc[k])
+    out.n = <double>n
+    out.mean = 0.0
+    out.m2 = fn_hsum(q) + t
+    if out.m2 - out.m2 != 0.0:
+        # inf or NaN among the values (or squares beyond float64): Welford's
+        # way, so that non-finite data gives what it gives elsewhere
+        return scalar_moments(x, stride, n, 0.0, kind)
+    return out
+
+
 cdef inline double pick_pivot(double first, in_t* kind) noexcept nogil:
     """The pivot of a slice whose first value is `first`: that value for
     float64 data unless it is inf/nan (then 0, so that a non-finite value
