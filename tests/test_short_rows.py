@@ -26,7 +26,7 @@ def _tol(y_ref, dtype, spread=1.0):
 
 
 def _check_layer_norm(x, gamma, beta, y):
-    ref, mean, rstd, _, _ = ref_layer_norm(x, (1,), gamma, beta, eps=EPS)
+    ref = ref_layer_norm(x, (1,), gamma, beta, eps=EPS)[0]
     assert_close(y, ref, _tol(ref, x.dtype, 4.0), "y")
 
 
@@ -74,7 +74,9 @@ def test_short_rows_rms_norm_and_mean_var(problem):
     rmean, rvar, _ = ref_mean_var(x, (1,))
     tol = 1e-12 if x.dtype == np.float64 else 1e-9
     assert_close(mean, rmean[:, 0], tol * (1 + np.abs(rmean[:, 0])), "mean")
-    assert_close(var, rvar[:, 0], tol * (1 + rvar[:, 0] + rmean[:, 0] ** 2), "var")
+    # Relative to the variance itself: the two looks keep it exact whatever
+    # the offset (1e6 included).
+    assert_close(var, rvar[:, 0], tol * rvar[:, 0], "var")
 
 
 @pytest.mark.parametrize("n", [16, 17, 32, 100, 255])
