@@ -292,7 +292,7 @@ cdef struct SlicePlan:
                               # that follow each other as one run (short_rows)
     bint rows_f64             # the same for float64 data and output...
     double* g64               # ...with gamma and beta as tables along the
-    double* b64               # run (float_table's layout)
+    double* b64               # run (param_table's layout)
 
 
 cdef inline const char* run_start(const SlicePlan* p, const Odometer* s, const Odometer* r, int k) noexcept nogil:
@@ -359,16 +359,23 @@ cdef inline void normalize_block(const SlicePlan* p, const Odometer* s, const Od
                   n, c, p.L.stream, ahead, ki, ko)
 
 
-cdef inline float* float_table(const Layout* L, int k, Py_ssize_t n) noexcept nogil:
-    """n floats of parameter k along the run (inner stride one float64, or 0
-    for one value), continued periodically for WRAP more (table[n + j] =
-    table[j mod n], for fn_normalize_rows_f32); NULL if out of memory."""
+ctypedef fused table_t:
+    float
+    double
+
+
+cdef inline table_t* param_table(const Layout* L, int k, Py_ssize_t n,
+                                 table_t* kind) noexcept nogil:
+    """n values of parameter k along the run (inner stride one float64, or 0
+    for one value) as table_t, continued periodically for WRAP more
+    (table[n + j] = table[j mod n], for fn_normalize_rows_*); NULL if out of
+    memory."""
     cdef Py_ssize_t i, step = L.red[L.n_red - 1].stride[k] // sizeof(double)
-    cdef float* out = <float*>malloc((n + WRAP) * sizeof(float))
+    cdef table_t* out = <table_t*>malloc((n + WRAP) * sizeof(table_t))
     if out == NULL:
         return NULL
     for i in range(n):
-        out[i] = <float>(<const double*>L.base[k])[i * step]
+        out[i] = <table_t>(<const double*>L.base[k])[i * step]
     for i in range(WRAP):
         out[n + i] = out[i % n]
     return out
@@ -394,7 +401,7 @@ cdef inline float* float_param(const Layout* L, int k, Py_ssize_t n, bint* ok) n
     if inner.stride[k] != sizeof(double) or L.n_red != 1 or not same_for_all(L, k):
         ok[0] = False
         return NULL
-    out = float_table(L, k, n)
+    out = param_table(L, k, n, <float*>NULL)
     if out == NULL:
         ok[0] = False
     return out
@@ -426,23 +433,10 @@ cdef void plan_f32(SlicePlan* p) noexcept nogil:
         return
     # One value for every row: a table of it, so that one pass serves.
     if p.g32 == NULL:
-        p.g32 = float_table(L, OP_G, p.run_len)
+        p.g32 = param_table(L, OP_G, p.run_len, <float*>NULL)
     if p.b32 == NULL:
-        p.b32 = float_table(L, OP_B, p.run_len)
+        p.b32 = param_table(L, OP_B, p.run_len, <float*>NULL)
     p.rows_f32 = p.g32 != NULL and p.b32 != NULL
-
-
-cdef inline double* double_table(const Layout* L, int k, Py_ssize_t n) noexcept nogil:
-    """float_table's layout in float64."""
-    cdef Py_ssize_t i, step = L.red[L.n_red - 1].stride[k] // sizeof(double)
-    cdef double* out = <double*>malloc((n + WRAP) * sizeof(double))
-    if out == NULL:
-        return NULL
-    for i in range(n):
-        out[i] = (<const double*>L.base[k])[i * step]
-    for i in range(WRAP):
-        out[n + i] = out[i % n]
-    return out
 
 
 cdef void plan_f64(SlicePlan* p) noexcept nogil:
@@ -461,8 +455,8 @@ cdef void plan_f64(SlicePlan* p) noexcept nogil:
             and L.kept[0].stride[OP_X] == row_bytes and L.kept[0].stride[OP_Y] == row_bytes
             and same_for_all(L, OP_G) and same_for_all(L, OP_B)):
         return
-    p.g64 = double_table(L, OP_G, p.run_len)
-    p.b64 = double_table(L, OP_B, p.run_len)
+    p.g64 = param_table(L, OP_G, p.run_len, <double*>NULL)
+    p.b64 = param_table(L, OP_B, p.run_len, <double*>NULL)
     p.rows_f64 = p.g64 != NULL and p.b64 != NULL
 
 
