@@ -32,8 +32,8 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
         return s0, s1, s2
     regrouped = _regroup.plan(x, axes, mode, gamma, beta, y)
     if regrouped is not None:
-        _regroup.run(x, regrouped, mode, keep=shape, eps=eps, gamma=gamma, beta=beta, y=y,
-                     s0=s0, s1=s1, s2=s2, given=given)
+        _regroup.run(x, regrouped, mode, keep=shape, reduced=reduced_mask(axes, x.ndim),
+                     eps=eps, gamma=gamma, beta=beta, y=y, s0=s0, s1=s1, s2=s2, given=given)
         return s0, s1, s2
     k = _dispatch.kernels
     k.normalize(x, y, gamma, beta, s0, s1, s2, reduced_mask(axes, x.ndim),
