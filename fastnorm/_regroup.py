@@ -60,12 +60,10 @@ COLUMN_ARRAYS_MAX = 8 << 20
 # coefficients vary along every row.  Measured, eval batch_norm, float32, 1
 # thread, time / a copy: (784, 512, 4, 4) 1.54 -> 1.12, (256, 512, 7, 7)
 # 1.72 -> 0.98.  (The kernels need a vector of values per run: 16 floats.)
+# The statistics stay the columns': taken by the kernels image by image too,
+# they measured slower up to 8x8 images and no faster from 10x10 to 14x14
+# ((256, 512, 7, 7): 2.13 against 1.76x a copy in all).
 IMAGES_INNER_MIN = 16
-# From this many values per run on they take the statistics image by image
-# too; below, the columns' statistics were faster: (784, 512, 4, 4) 2.69
-# against 3.31x a copy, (501, 512, 5, 5) 2.61 against 2.69x, (256, 512, 7,
-# 7) 2.72 against 2.33x.
-IMAGES_STATS_MIN = 32
 
 # dtypes whose statistics are merged from column moments, and those that
 # take the columns only with the statistics given.
@@ -81,9 +79,8 @@ def plan(x, axes, mode, gamma, beta, y):
         return None
     dtypes = _GIVEN_DTYPES if mode == "given" else _MERGED_DTYPES
     split = _matrix(x, axes, (y,), (gamma, beta), dtypes, FORWARD_COLUMN_BYTES)
-    if split is not None and _by_images(x, y, split):
-        if mode == "given" or split[2] >= IMAGES_STATS_MIN:
-            return None
+    if split is not None and mode == "given" and _by_images(x, y, split):
+        return None
     return split
 
 
