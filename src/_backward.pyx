@@ -23,7 +23,7 @@
 # for float32 data (and float64 columns) from coefficients folded once per
 # slice: dx = dy * (gamma r) + (x - m) * k2 + k0.
 
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 from libc.math cimport fabs
 from libc.stdlib cimport malloc, calloc, free
 cimport numpy as cnp
@@ -46,6 +46,8 @@ cdef enum:
 cdef enum:
     MAX_BLOCKS = 64                 # partial-sum blocks at most...
     MAX_PARTIAL_BYTES = 32 << 20    # ...and at most this much memory for them
+    IMAGE_RUN_BYTES = 8192          # runs of interleaved slices go image by
+                                    # image up to this long (_kernels.pyx)
     SLICE_BLOCK_BYTES = 256 << 10   # of x, at least, in a block of slices: its
                                     # partial sums cost a fraction of reading it
     ROWS_PER_BLOCK_MIN = 64
@@ -545,6 +547,123 @@ cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexce
         grad_slice(g, si, part, ki, ko)
         si = si + 1
     fn_sfence()
+
+
+# ---------------------------------------------------------------------------
+# IMAGES: slices of several runs that interleave (run r of slice si + 1
+# starts where run r of slice si ends, in x, dy and dx: the channels of NCHW
+# images), gamma one value per slice.  Slice by slice, each image is a
+# stream of its own and each run a few vectors: the runs cost more than
+# their values.  Image by image, memory is read and written in address
+# order: pass 1 sums each image's runs into its block's partial buffers
+# (blocks of images, fixed by the shape), pass 2 writes dx image by image.
+
+cdef inline bint images_fit(const Grad* g, in_t* kind) noexcept nogil:
+    cdef const Layout* L = g.L
+    cdef const Axis* inner
+    cdef Py_ssize_t run_bytes
+    cdef int j
+    if L.columns or L.n_kept != 1 or L.n_red < 2:
+        return False
+    inner = &L.red[L.n_red - 1]
+    run_bytes = inner.size * sizeof(in_t)
+    if (inner.stride[OP_X] != sizeof(in_t) or inner.stride[OP_DY] != sizeof(in_t)
+            or inner.stride[OP_DX] != inner.stride[OP_X] or run_bytes > IMAGE_RUN_BYTES
+            or L.kept[0].stride[OP_X] != run_bytes or L.kept[0].stride[OP_DY] != run_bytes
+            or L.kept[0].stride[OP_DX] != run_bytes):
+        return False
+    for j in range(L.n_red):
+        if L.red[j].stride[OP_G] != 0:
+            return False
+    return True
+
+
+cdef void image_block_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
+    """Pass 1 over the images of block blk: every run's sum(dy * xhat) and
+    sum(dy) into the block's partial buffers, image after image."""
+    cdef const Layout* L = g.L
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Py_ssize_t n_images = L.slice_len // inner.size
+    cdef Py_ssize_t lo = blk * g.per_block, hi = min(lo + g.per_block, n_images), ri, si
+    cdef double* part = g.partial + 2 * blk * g.pstride
+    cdef Odometer r, s
+    cdef Sums unused
+    cdef char* pg
+    odo_init(&r, L.red, L.n_red - 1, lo)
+    for ri in range(lo, hi):
+        odo_init(&s, L.kept, L.n_kept, 0)
+        for si in range(L.n_slices):
+            pg = <char*>part + g.gshift + s.off[OP_G]
+            run_sums(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], sizeof(in_t),
+                     L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], sizeof(in_t),
+                     g.gamma + s.off[OP_G], 0, pg, pg + g.pstride * sizeof(double),
+                     inner.size, (<const double*>(L.stat[0] + s.off[OP_S]))[0],
+                     (<const double*>(L.stat[1] + s.off[OP_S]))[0], &unused, ki)
+            odo_next(&s, L.kept, L.n_kept)
+        odo_next(&r, L.red, L.n_red - 1)
+
+
+cdef void image_dx(const Grad* g, Py_ssize_t ri, const double* ab, in_t* ki,
+                   out_t* ko) noexcept nogil:
+    """Pass 2 over image ri: every slice's run, with its a, b (ab[2 si],
+    ab[2 si + 1])."""
+    cdef const Layout* L = g.L
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Odometer r, s
+    cdef Py_ssize_t si
+    odo_init(&r, L.red, L.n_red - 1, ri)
+    odo_init(&s, L.kept, L.n_kept, 0)
+    for si in range(L.n_slices):
+        run_dx(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], sizeof(in_t),
+               L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], sizeof(in_t),
+               g.gamma + s.off[OP_G], 0, NULL, 0.0,
+               L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], sizeof(out_t), inner.size,
+               (<const double*>(L.stat[0] + s.off[OP_S]))[0],
+               (<const double*>(L.stat[1] + s.off[OP_S]))[0], ab[2 * si], ab[2 * si + 1],
+               L.stream, NULL, NULL, ki, ko)
+        odo_next(&s, L.kept, L.n_kept)
+
+
+cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
+    """Both passes image by image (see images_fit); the partial buffers'
+    blocks are blocks of images."""
+    cdef const Layout* L = g.L
+    cdef Py_ssize_t n_images = L.slice_len // L.red[L.n_red - 1].size, i
+    cdef Py_ssize_t n_blocks = block_count(
+        n_images, max(<Py_ssize_t>1, SLICE_BLOCK_BYTES // max(<Py_ssize_t>1,
+                                                              L.n_slices * L.red[L.n_red - 1].size
+                                                              * <Py_ssize_t>sizeof(in_t))),
+        2 * g.n_param * <Py_ssize_t>sizeof(double))
+    cdef double* ab = <double*>malloc(2 * L.n_slices * sizeof(double))
+    cdef Odometer s
+    cdef Sums acc
+    cdef double gv
+    g.per_block = (n_images + n_blocks - 1) // n_blocks
+    g.n_blocks = (n_images + g.per_block - 1) // g.per_block
+    g.partial = <double*>calloc(2 * g.n_blocks * g.pstride, sizeof(double))
+    if g.partial == NULL or ab == NULL:
+        free(g.partial)
+        free(ab)
+        return -1
+    for i in prange(g.n_blocks, num_threads=min(<Py_ssize_t>nthreads, g.n_blocks),
+                    schedule="dynamic"):
+        image_block_sums(g, i, ki)
+    add_partials(g, 0, g.n_param)
+    # A = gamma sum(dy), B = gamma sum(dy * xhat), per slice.
+    odo_init(&s, L.kept, L.n_kept, 0)
+    for i in range(L.n_slices):
+        gv = (<const double*>(g.gamma + s.off[OP_G]))[0]
+        acc.a = gv * (<const double*>(g.dbeta + g.gshift + s.off[OP_G]))[0]
+        acc.b = gv * (<const double*>(g.dgamma + g.gshift + s.off[OP_G]))[0]
+        slice_coefs(g, &acc, &ab[2 * i], &ab[2 * i + 1])
+        odo_next(&s, L.kept, L.n_kept)
+    with parallel(num_threads=nthreads):
+        for i in prange(n_images, schedule="guided"):
+            image_dx(g, i, ab, ki, ko)
+        fn_sfence()
+    free(g.partial)
+    free(ab)
+    return 0
 
 
 # ---------------------------------------------------------------------------
@@ -1052,6 +1171,8 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
     g.pstride = spaced(g.n_param)
     g.sstride = spaced(L.n_slices)
+    if images_fit(g, ki):
+        return images_run(g, nthreads, ki, ko)
     if L.columns:
         min_per_block = ROWS_PER_BLOCK_MIN
     else:

@@ -11,13 +11,19 @@ cases hit that way and its edges (run lengths that do and do not fill
 vectors, more images than blocks, a misaligned or streamed output, channels
 with inf/NaN, coefficients float32 cannot hold, outputs that are not laid
 out like x), and compare every value with a plain float64 reference.
+
+Gradients of batch norm over the same layouts go image by image too (any
+dtype, from 16 values per run; fewer take the columns): pass 1 sums each
+image's runs into blocks of images, pass 2 writes dx image by image.
 """
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from reference import OUT_TOL, assert_close, ref_layer_norm, ref_rms_norm
+from fastnorm import _regroup
+from reference import (OUT_TOL, assert_close, ref_layer_norm, ref_norm_grads, ref_rms_norm,
+                       tiny)
 
 EPS = 1e-5
 AXES = (0, 2, 3)
@@ -179,3 +185,88 @@ def test_images_batch_norm_invariant_to_per_channel_scale():
     y1 = fastnorm.batch_norm(x.astype(np.float32), eps=0.0)
     y2 = fastnorm.batch_norm((a * x + b).astype(np.float32), eps=0.0)
     assert_close(y2, y1, 1e-4 * (1 + np.abs(y1)), "invariance")
+
+
+# --------------------------------------------------------------------------
+# gradients
+
+GRAD_TOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5,
+            np.dtype(np.float16): 4e-3}
+
+
+def _check_grads(x, dy, gamma, mean, rstd, training, got):
+    dx, dg, db = got
+    keep = (1, x.shape[1], 1, 1)
+    gk = None if gamma is None else gamma.reshape(keep)
+    ref = ref_norm_grads(dy, x, AXES, (1,), gk, "center" if training else "scale",
+                         stats=(mean, rstd))
+    tol = GRAD_TOL[x.dtype]
+    assert_close(dx, ref["dx"], tol * ref["dx_scale"] + tiny(x.dtype), "dx")
+    ptol = 1e-12 if x.dtype == np.float64 else 1e-5
+    assert_close(dg, ref["dgamma"].reshape(-1), ptol * ref["dgamma_scale"].reshape(-1), "dgamma")
+    assert_close(db, ref["dbeta"].reshape(-1), ptol * ref["dbeta_scale"].reshape(-1), "dbeta")
+
+
+def _grad_inputs(rng, shape, dtype, offset, params):
+    x = (offset + rng.standard_normal(shape)).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    gamma = None if params == "none" else rng.uniform(0.5, 2.0, shape[1])
+    # float64 statistics (the forward's float32 ones round the mean: at 1e6
+    # by up to 1/32, which the gradient then rightly follows).
+    _, mean, rstd, _, _ = ref_layer_norm(x, AXES, eps=EPS)
+    return x, dy, gamma, mean, rstd
+
+
+@given(image_problems(), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_images_batch_norm_backward(problem, training):
+    n, c, h, w, offset, params, dtype, seed = problem
+    rng = np.random.default_rng(seed)
+    if dtype == np.float16:
+        offset = min(offset, 100.0)
+    x, dy, gamma, mean, rstd = _grad_inputs(rng, (n, c, h, w), dtype, offset, params)
+    if h * w >= _regroup.IMAGES_INNER_MIN:
+        assert _regroup.plan_backward(x, AXES, dy, None, None) is None
+    got = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma, training=training)
+    _check_grads(x, dy, gamma, mean, rstd, training, got)
+
+
+@pytest.mark.parametrize("hw", [(4, 4), (7, 7), (1, 33), (14, 14), (45, 45), (46, 46)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_images_backward_every_level_and_thread_count(simd_level, hw, dtype):
+    # 2025 float32 values per run: 8100 bytes, image by image; 2116: slice
+    # by slice (and float64 runs of 1024 values and more: slice by slice).
+    rng = np.random.default_rng(hw[0] * 100 + hw[1])
+    x, dy, gamma, mean, rstd = _grad_inputs(rng, (37, 6, *hw), dtype, 1e3, "channel")
+    outs = []
+    for threads in (1, 2):
+        fastnorm.set_num_threads(threads)
+        outs.append(fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma))
+    _check_grads(x, dy, gamma, mean, rstd, True, outs[0])
+    for a, b in zip(outs[0], outs[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("start", [0, 1])
+def test_images_backward_misaligned_and_streamed(start):
+    # Over 8 MiB of dx (written around the caches) from an odd start.
+    rng = np.random.default_rng(12 + start)
+    shape = (12, 40, 80, 71) if start else (3, 5, 9, 19)
+    x, dy, gamma, mean, rstd = _grad_inputs(rng, shape, np.float32, 2.0, "channel")
+    flat = np.full(x.size + start + 1, 7.0, np.float32)
+    dx = flat[start:start + x.size].reshape(shape)
+    got = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma, out=(dx, None, None))
+    assert got[0] is dx
+    _check_grads(x, dy, gamma, mean, rstd, True, got)
+    assert (flat[:start] == 7).all() and flat[-1] == 7
+
+
+def test_images_backward_nonfinite_channel_leaves_the_others_alone():
+    rng = np.random.default_rng(14)
+    x, dy, gamma, mean, rstd = _grad_inputs(rng, (6, 9, 5, 5), np.float32, 0.0, "channel")
+    dy[4, 2, 3, 3] = np.nan
+    dx, dg, db = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma)
+    assert np.isnan(dx[:, 2]).all() and np.isnan(dg[2]) and np.isnan(db[2])
+    good = np.arange(9) != 2
+    _check_grads(x[:, good], dy[:, good], gamma[good], mean[:, good], rstd[:, good], True,
+                 (dx[:, good], dg[good], db[good]))
