@@ -624,6 +624,47 @@ cdef void image_dx(const Grad* g, Py_ssize_t ri, const double* ab, in_t* ki,
         odo_next(&s, L.kept, L.n_kept)
 
 
+cdef void image_dx_f32(const Grad* g, Py_ssize_t ri, const float* k) noexcept nogil:
+    """Pass 2 over image ri, float32: its runs as one run of rows, each
+    slice's coefficients k[4 si .. 4 si + 3] (fn_grad_rows_f32)."""
+    cdef const Layout* L = g.L
+    cdef Py_ssize_t n = L.n_slices + 1      # each array holds one row more
+    cdef Odometer r
+    odo_init(&r, L.red, L.n_red - 1, ri)
+    fn_grad_rows_f32(<const float*>(L.base[OP_X] + r.off[OP_X]),
+                     <const float*>(L.base[OP_DY] + r.off[OP_DY]),
+                     <float*>(L.base[OP_DX] + r.off[OP_DX]), L.n_slices,
+                     L.red[L.n_red - 1].size, k, k + n, k + 2 * n, k + 3 * n, L.stream)
+
+
+cdef float* images_f32_coefs(const Grad* g, const double* ab) noexcept nogil:
+    """Every slice's float32 coefficients of pass 2 (m, k1, k2, k0, each an
+    array of n_slices + 1), or NULL where float32 cannot hold one (or on a
+    failed allocation)."""
+    cdef const Layout* L = g.L
+    cdef Py_ssize_t n = L.n_slices + 1, si
+    cdef float* k = <float*>calloc(4 * n, sizeof(float))
+    cdef float c[4]
+    cdef Odometer s
+    cdef double m, r
+    if k == NULL:
+        return NULL
+    odo_init(&s, L.kept, L.n_kept, 0)
+    for si in range(L.n_slices):
+        m = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
+        r = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
+        if not f32_coefs(m, r, r * (<const double*>(g.gamma + s.off[OP_G]))[0],
+                         ab[2 * si], ab[2 * si + 1], c):
+            free(k)
+            return NULL
+        k[si] = c[0]
+        k[n + si] = c[1]
+        k[2 * n + si] = c[2]
+        k[3 * n + si] = c[3]
+        odo_next(&s, L.kept, L.n_kept)
+    return k
+
+
 cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     """Both passes image by image (see images_fit); the partial buffers'
     blocks are blocks of images."""
@@ -638,6 +679,7 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef Odometer s
     cdef Sums acc
     cdef double gv
+    cdef float* k32
     g.per_block = (n_images + n_blocks - 1) // n_blocks
     g.n_blocks = (n_images + g.per_block - 1) // g.per_block
     g.partial = <double*>calloc(2 * g.n_blocks * g.pstride, sizeof(double))
@@ -657,12 +699,22 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         acc.b = gv * (<const double*>(g.dgamma + g.gshift + s.off[OP_G]))[0]
         slice_coefs(g, &acc, &ab[2 * i], &ab[2 * i + 1])
         odo_next(&s, L.kept, L.n_kept)
+    # float32: pass 2 from folded coefficients, each image one run of rows.
+    k32 = NULL
+    if in_t is float and out_t is float:
+        if L.red[L.n_red - 1].size >= FN_WF:
+            k32 = images_f32_coefs(g, ab)
     with parallel(num_threads=nthreads):
-        for i in prange(n_images, schedule="guided"):
-            image_dx(g, i, ab, ki, ko)
+        if k32 != NULL:
+            for i in prange(n_images, schedule="guided"):
+                image_dx_f32(g, i, k32)
+        else:
+            for i in prange(n_images, schedule="guided"):
+                image_dx(g, i, ab, ki, ko)
         fn_sfence()
     free(g.partial)
     free(ab)
+    free(k32)
     return 0
 
 

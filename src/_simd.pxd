@@ -55,6 +55,9 @@ cdef extern from "fastnorm_simd.h" nogil:
     void fn_grad_cols_f32(const float* x, const float* dy, float* dx, const float* m,
                           const float* k1, const float* k2, const float* k0, Py_ssize_t n,
                           int stream)
+    void fn_grad_rows_f32(const float* x, const float* dy, float* dx, Py_ssize_t rows,
+                          Py_ssize_t n, const float* m, const float* k1, const float* k2,
+                          const float* k0, int stream)
     void fn_grad_run_f32(const float* x, const float* dy, float* dx, const float* g,
                          Py_ssize_t g_inc, float r, float m, float k2, float k0, Py_ssize_t n,
                          int stream, const char* x_ahead, const char* dy_ahead)

@@ -460,6 +460,30 @@ static inline void fn_normalize_periodic_f32(const float *x, float *y, ptrdiff_t
     }
 }
 
+#if defined(__GNUC__) || defined(__clang__)
+typedef int32_t fn_vi32 __attribute__((vector_size(FN_VBYTES)));
+
+/* The lane numbers 0 .. FN_WF - 1. */
+static inline fn_vi32 fn_lanes_i32(void)
+{
+    fn_vi32 lane;
+    for (int l = 0; l < FN_WF; l++)
+        lane[l] = l;
+    return lane;
+}
+#endif
+
+/* Rows that follow each other as one run: column c of row r moved on by
+ * `step` values (less than a row). */
+static inline void fn_row_advance(ptrdiff_t *c, ptrdiff_t *r, ptrdiff_t n, ptrdiff_t step)
+{
+    *c += step;
+    if (*c >= n) {
+        *c -= n;
+        (*r)++;
+    }
+}
+
 /* Rows of n >= FN_WF values that follow each other in memory (x and y),
  * row r's coefficients m, s, e [r], gamma and beta g, b [c] along the row,
  * continued periodically for FN_WF values (g[n + j] = g[j]), as one run:
@@ -473,17 +497,9 @@ static inline void fn_normalize_rows_f32(const float *x, float *y, ptrdiff_t row
 {
     ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
 #if defined(__GNUC__) || defined(__clang__)
-    typedef int32_t fn_vi32 __attribute__((vector_size(FN_VBYTES)));
-    fn_vi32 lane;
-    for (int l = 0; l < FN_WF; l++)
-        lane[l] = l;
-    for (ptrdiff_t head = fn_head_f32(y, total, stream); i < head; i++) {
+    fn_vi32 lane = fn_lanes_i32();
+    for (ptrdiff_t head = fn_head_f32(y, total, stream); i < head; i++, fn_row_advance(&c, &r, n, 1))
         y[i] = ((x[i] - m[r]) * s[r] - e[r]) * g[c] + b[c];
-        if (++c == n) {
-            c = 0;
-            r++;
-        }
-    }
     for (; i + FN_WF <= total; i += FN_WF) {
         fn_vf32 vm = fn_set1_f32(m[r]), vs = fn_set1_f32(s[r]), ve = fn_set1_f32(e[r]);
         if (n - c < FN_WF) {
@@ -496,20 +512,11 @@ static inline void fn_normalize_rows_f32(const float *x, float *y, ptrdiff_t row
         }
         fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * fn_loadu_f32(g + c)
                           + fn_loadu_f32(b + c), stream);
-        c += FN_WF;
-        if (c >= n) {
-            c -= n;
-            r++;
-        }
+        fn_row_advance(&c, &r, n, FN_WF);
     }
 #endif
-    for (; i < total; i++) {
+    for (; i < total; i++, fn_row_advance(&c, &r, n, 1))
         y[i] = ((x[i] - m[r]) * s[r] - e[r]) * g[c] + b[c];
-        if (++c == n) {
-            c = 0;
-            r++;
-        }
-    }
 }
 
 /* The same for float64 rows of n >= FN_W values, in float64: y = ((x -
@@ -527,13 +534,8 @@ static inline void fn_normalize_rows_f64(const double *x, double *y, ptrdiff_t r
     if (stream) {
         ptrdiff_t head = (ptrdiff_t)(((uintptr_t)y / sizeof(double)) % FN_W);
         head = head == 0 ? 0 : FN_W - head;
-        for (head = head > total ? total : head; i < head; i++) {
+        for (head = head > total ? total : head; i < head; i++, fn_row_advance(&c, &r, n, 1))
             y[i] = ((x[i] - p[r]) - h[r]) * s[r] * g[c] + b[c];
-            if (++c == n) {
-                c = 0;
-                r++;
-            }
-        }
     }
     for (; i + FN_W <= total; i += FN_W) {
         fn_vd vp = fn_set1(p[r]), vh = fn_set1(h[r]), vs = fn_set1(s[r]), t;
@@ -548,20 +550,11 @@ static inline void fn_normalize_rows_f64(const double *x, double *y, ptrdiff_t r
             fn_stream_f64(y + i, t);
         else
             fn_store_f64(y + i, t);
-        c += FN_W;
-        if (c >= n) {
-            c -= n;
-            r++;
-        }
+        fn_row_advance(&c, &r, n, FN_W);
     }
 #endif
-    for (; i < total; i++) {
+    for (; i < total; i++, fn_row_advance(&c, &r, n, 1))
         y[i] = ((x[i] - p[r]) - h[r]) * s[r] * g[c] + b[c];
-        if (++c == n) {
-            c = 0;
-            r++;
-        }
-    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -621,6 +614,39 @@ static inline void fn_grad_run_f32(const float *x, const float *dy, float *dx, c
 #endif
     for (; i < n; i++)
         dx[i] = dy[i] * (g[i * g_inc] * r) + ((x[i] - m) * k2 + k0);
+}
+
+/* dx of rows of n >= FN_WF values that follow each other in memory (x, dy
+ * and dx: the channels of an NCHW image), row r's coefficients m, k1, k2,
+ * k0 [r] (fn_grad_cols_f32's), as one run aligned to dx; a vector that
+ * crosses into row r + 1 takes each lane's from its own row (as in
+ * fn_normalize_rows_f32). */
+static inline void fn_grad_rows_f32(const float *x, const float *dy, float *dx, ptrdiff_t rows,
+                                    ptrdiff_t n, const float *m, const float *k1,
+                                    const float *k2, const float *k0, int stream)
+{
+    ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
+#if defined(__GNUC__) || defined(__clang__)
+    fn_vi32 lane = fn_lanes_i32();
+    for (ptrdiff_t head = fn_head_f32(dx, total, stream); i < head; i++, fn_row_advance(&c, &r, n, 1))
+        dx[i] = dy[i] * k1[r] + ((x[i] - m[r]) * k2[r] + k0[r]);
+    for (; i + FN_WF <= total; i += FN_WF) {
+        fn_vf32 vm = fn_set1_f32(m[r]), v1 = fn_set1_f32(k1[r]), v2 = fn_set1_f32(k2[r]),
+                v0 = fn_set1_f32(k0[r]);
+        if (n - c < FN_WF) {
+            fn_vi32 own = lane < (int32_t)(n - c);
+            vm = (fn_vf32)(((fn_vi32)vm & own) | ((fn_vi32)fn_set1_f32(m[r + 1]) & ~own));
+            v1 = (fn_vf32)(((fn_vi32)v1 & own) | ((fn_vi32)fn_set1_f32(k1[r + 1]) & ~own));
+            v2 = (fn_vf32)(((fn_vi32)v2 & own) | ((fn_vi32)fn_set1_f32(k2[r + 1]) & ~own));
+            v0 = (fn_vf32)(((fn_vi32)v0 & own) | ((fn_vi32)fn_set1_f32(k0[r + 1]) & ~own));
+        }
+        fn_put_f32(dx + i, fn_loadu_f32(dy + i) * v1 + ((fn_loadu_f32(x + i) - vm) * v2 + v0),
+                   stream);
+        fn_row_advance(&c, &r, n, FN_WF);
+    }
+#endif
+    for (; i < total; i++, fn_row_advance(&c, &r, n, 1))
+        dx[i] = dy[i] * k1[r] + ((x[i] - m[r]) * k2[r] + k0[r]);
 }
 
 /* ------------------------------------------------------------------ */
