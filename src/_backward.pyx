@@ -379,9 +379,10 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     rs = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
     # A slice of several runs (NCHW channels): they lie apart, too many
     # streams for the hardware prefetchers; each run of this slice fetches
-    # the same run of the next slice into L2 (up to RUN_AHEAD_BYTES of it).
+    # the same run of the next slice into L2 (up to RUN_AHEAD_BYTES of it;
+    # runs longer than IMAGE_RUN_BYTES the hardware prefetchers follow).
     ahead = 0
-    if si + 1 < L.n_slices and n_runs > 1:
+    if si + 1 < L.n_slices and n_runs > 1 and inner.size * inner.stride[OP_X] <= IMAGE_RUN_BYTES:
         ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES, inner.size * inner.stride[OP_X])
         odo_init(&s_next, L.kept, L.n_kept, si + 1)
     odo_init(&r, L.red, L.n_red - 1, 0)

@@ -107,10 +107,12 @@ cdef enum:
     # moments are folded in order), and the bytes those moments may take.
     IMAGE_BLOCKS = 32
     IMAGE_STATE_BYTES = 8 << 20
-    # Bytes of each run that a slice of several runs prefetches of the next
-    # slice's same run, into L2.  batch_norm float64, 1 thread, time / a copy,
-    # (64, 512, 14, 14): none 2.37, 1 KiB into L1 2.56, into L2 2.32, 4 KiB
-    # into L2 1.76; (256, 512, 7, 7): 3.12, 3.15, 3.01, 2.77.
+    # Bytes of each run that a slice of runs up to IMAGE_RUN_BYTES prefetches
+    # of the next slice's same run, into L2 (longer runs the hardware
+    # prefetchers follow: batch_norm on 56x56 maps measured 5% slower).
+    # batch_norm float64, 1 thread, time / a copy, (64, 512, 14, 14): none
+    # 2.37, 1 KiB into L1 2.56, into L2 2.32, 4 KiB into L2 1.76;
+    # (256, 512, 7, 7): 3.12, 3.15, 3.01, 2.77.
     RUN_AHEAD_BYTES = 4096
     # Bytes of rows x tile that column_rows_stats sweeps a strip at a time:
     # the sweep and the next one, prefetched meanwhile, stay in L2 from one
@@ -567,7 +569,8 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
     cdef double pivot
     if p.mode == MODE_GIVEN:
         return given(L, s.off[OP_S])
-    if p.n_runs > 1 and si + 1 < L.n_slices:
+    if (p.n_runs > 1 and si + 1 < L.n_slices
+            and p.run_len * L.red[L.n_red - 1].stride[OP_X] <= IMAGE_RUN_BYTES):
         run_ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES,
                         p.run_len * L.red[L.n_red - 1].stride[OP_X])
         odo_init(&s_next, L.kept, L.n_kept, si + 1)
@@ -602,7 +605,8 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
         odo_init(&s_next, L.kept, L.n_kept, si + 1)
         if p.n_runs > 1:
             # With the statistics given, this is the slice's one look.
-            if p.mode == MODE_GIVEN:
+            if (p.mode == MODE_GIVEN
+                    and p.run_len * L.red[L.n_red - 1].stride[OP_X] <= IMAGE_RUN_BYTES):
                 run_ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES,
                                 p.run_len * L.red[L.n_red - 1].stride[OP_X])
         elif L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t):
@@ -714,8 +718,8 @@ cdef int interleaved_coefs(const SlicePlan* p, int nthreads, Coef* coefs,
     count changes no bit)."""
     cdef const Layout* L = p.L
     cdef Py_ssize_t n = L.n_slices, si, i
-    cdef Py_ssize_t n_blocks = max(<Py_ssize_t>1, min(p.n_runs, min(<Py_ssize_t>IMAGE_BLOCKS,
-                                   <Py_ssize_t>IMAGE_STATE_BYTES // (n * <Py_ssize_t>sizeof(Moments)))))
+    cdef Py_ssize_t fit = IMAGE_STATE_BYTES // (n * <Py_ssize_t>sizeof(Moments))
+    cdef Py_ssize_t n_blocks = max(<Py_ssize_t>1, min(p.n_runs, min(<Py_ssize_t>IMAGE_BLOCKS, fit)))
     cdef Py_ssize_t per_block = (p.n_runs + n_blocks - 1) // n_blocks
     cdef Odometer s
     cdef double* pivots
