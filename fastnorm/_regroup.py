@@ -60,7 +60,8 @@ GRADIENT_COLUMN_BYTES = 88
 # They may take an eighth of x, or this much whatever x's size.
 COLUMN_ARRAYS_MAX = 8 << 20
 
-# float32 calls (x and y) with at least this many values per run are
+# float32 and float64 calls (x and y alike) with at least this many values
+# per run are
 # normalized by the kernels image by image, each image's runs one run with
 # per-channel coefficients, in address order: faster than the columns, whose
 # coefficients vary along every row.  Measured, eval batch_norm, float32, 1
@@ -75,6 +76,8 @@ IMAGES_INNER_MIN = 16
 # take the columns only with the statistics given.
 _MERGED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
 _GIVEN_DTYPES = _MERGED_DTYPES + (np.dtype(np.float64),)
+# dtypes (x and y alike) that the kernels normalize image by image.
+_IMAGES_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def plan(x, axes, mode, gamma, beta, y):
@@ -92,8 +95,8 @@ def plan(x, axes, mode, gamma, beta, y):
 
 def _by_images(x, y, split):
     """Whether the kernels normalize x into y image by image themselves."""
-    return (y is not None and x.dtype == y.dtype == np.float32 and split[0] > 1
-            and split[2] >= IMAGES_INNER_MIN)
+    return (y is not None and x.dtype == y.dtype and x.dtype in _IMAGES_DTYPES
+            and split[0] > 1 and split[2] >= IMAGES_INNER_MIN)
 
 
 def plan_backward(x, axes, dy, dx, gamma):

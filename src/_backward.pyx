@@ -625,17 +625,24 @@ cdef void image_dx(const Grad* g, Py_ssize_t ri, const double* ab, in_t* ki,
         odo_next(&s, L.kept, L.n_kept)
 
 
-cdef void image_dx_f32(const Grad* g, Py_ssize_t ri, const float* k) noexcept nogil:
-    """Pass 2 over image ri, float32: its runs as one run of rows, each
-    slice's coefficients k[4 si .. 4 si + 3] (fn_grad_rows_f32)."""
+cdef void image_dx_rows(const Grad* g, Py_ssize_t ri, const in_t* k) noexcept nogil:
+    """Pass 2 over image ri, float32 or float64: its runs as one run of
+    rows, slice si's coefficients k[si], k[n + si], k[2 n + si], k[3 n + si]
+    (m, k1, k2, k0; n = n_slices + 1: each array holds one row more)."""
     cdef const Layout* L = g.L
-    cdef Py_ssize_t n = L.n_slices + 1      # each array holds one row more
+    cdef Py_ssize_t n = L.n_slices + 1
     cdef Odometer r
     odo_init(&r, L.red, L.n_red - 1, ri)
-    fn_grad_rows_f32(<const float*>(L.base[OP_X] + r.off[OP_X]),
-                     <const float*>(L.base[OP_DY] + r.off[OP_DY]),
-                     <float*>(L.base[OP_DX] + r.off[OP_DX]), L.n_slices,
-                     L.red[L.n_red - 1].size, k, k + n, k + 2 * n, k + 3 * n, L.stream)
+    if in_t is float:
+        fn_grad_rows_f32(<const float*>(L.base[OP_X] + r.off[OP_X]),
+                         <const float*>(L.base[OP_DY] + r.off[OP_DY]),
+                         <float*>(L.base[OP_DX] + r.off[OP_DX]), L.n_slices,
+                         L.red[L.n_red - 1].size, k, k + n, k + 2 * n, k + 3 * n, L.stream)
+    elif in_t is double:
+        fn_affine_rows_f64(<const double*>(L.base[OP_X] + r.off[OP_X]),
+                           <const double*>(L.base[OP_DY] + r.off[OP_DY]),
+                           <double*>(L.base[OP_DX] + r.off[OP_DX]), L.n_slices,
+                           L.red[L.n_red - 1].size, k, k + n, k + 2 * n, k + 3 * n, L.stream)
 
 
 cdef float* images_f32_coefs(const Grad* g, const double* ab) noexcept nogil:
@@ -666,6 +673,28 @@ cdef float* images_f32_coefs(const Grad* g, const double* ab) noexcept nogil:
     return k
 
 
+cdef double* images_f64_coefs(const Grad* g, const double* ab) noexcept nogil:
+    """Every slice's float64 coefficients of pass 2 (m, k1, k2, k0 of
+    fn_affine_rows_f64: dx = dy * gamma r + (x - m) * (-r r b) - r a, each
+    an array of n_slices + 1), or NULL on a failed allocation."""
+    cdef const Layout* L = g.L
+    cdef Py_ssize_t n = L.n_slices + 1, si
+    cdef double* k = <double*>calloc(4 * n, sizeof(double))
+    cdef Odometer s
+    cdef double r
+    if k == NULL:
+        return NULL
+    odo_init(&s, L.kept, L.n_kept, 0)
+    for si in range(L.n_slices):
+        r = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
+        k[si] = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
+        k[n + si] = r * (<const double*>(g.gamma + s.off[OP_G]))[0]
+        k[2 * n + si] = -r * r * ab[2 * si + 1]
+        k[3 * n + si] = -r * ab[2 * si]
+        odo_next(&s, L.kept, L.n_kept)
+    return k
+
+
 cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     """Both passes image by image (see images_fit); the partial buffers'
     blocks are blocks of images."""
@@ -681,6 +710,7 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef Sums acc
     cdef double gv
     cdef float* k32
+    cdef double* k64
     g.per_block = (n_images + n_blocks - 1) // n_blocks
     g.n_blocks = (n_images + g.per_block - 1) // g.per_block
     g.partial = <double*>calloc(2 * g.n_blocks * g.pstride, sizeof(double))
@@ -702,13 +732,20 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         odo_next(&s, L.kept, L.n_kept)
     # float32: pass 2 from folded coefficients, each image one run of rows.
     k32 = NULL
+    k64 = NULL
     if in_t is float and out_t is float:
         if L.red[L.n_red - 1].size >= FN_WF:
             k32 = images_f32_coefs(g, ab)
+    if in_t is double and out_t is double:
+        if L.red[L.n_red - 1].size >= FN_W:
+            k64 = images_f64_coefs(g, ab)
     with parallel(num_threads=nthreads):
         if k32 != NULL:
             for i in prange(n_images, schedule="guided"):
-                image_dx_f32(g, i, k32)
+                image_dx_rows(g, i, k32)
+        elif k64 != NULL:
+            for i in prange(n_images, schedule="guided"):
+                image_dx_rows(g, i, k64)
         else:
             for i in prange(n_images, schedule="guided"):
                 image_dx(g, i, ab, ki, ko)
@@ -716,6 +753,7 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     free(g.partial)
     free(ab)
     free(k32)
+    free(k64)
     return 0
 
 

@@ -15,7 +15,7 @@
 # in a fixed order, so the thread count never changes a bit of the output.
 
 from cython.parallel cimport parallel, prange
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.math cimport sqrt, fabs, NAN
 cimport numpy as cnp
 
@@ -621,16 +621,25 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
         odo_next(&r, L.red, L.n_red - 1)
 
 
-cdef bint interleaved(const SlicePlan* p) noexcept nogil:
-    """Whether the float32 pass may go image by image: one kept axis whose
-    slices' runs interleave (run r of slice si + 1 starts where run r of
-    slice si ends, in x and in y: the channels of NCHW images), gamma and
-    beta one value per slice."""
+cdef bint interleaved(const SlicePlan* p, in_t* ki, out_t* ko) noexcept nogil:
+    """Whether the output may go image by image: float32 (the float32 pass)
+    or float64 in and out, one kept axis whose slices' runs interleave (run
+    r of slice si + 1 starts where run r of slice si ends, in x and in y:
+    the channels of NCHW images), gamma and beta one value per slice."""
     cdef const Layout* L = p.L
-    cdef Py_ssize_t row_bytes = p.run_len * sizeof(float)
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Py_ssize_t row_bytes = p.run_len * sizeof(in_t)
     cdef int a
-    if not (p.f32 and L.n_kept == 1 and p.n_runs > 1 and p.run_len >= FN_WF
-            and row_bytes <= IMAGE_RUN_BYTES and p.g32 == NULL and p.b32 == NULL
+    if in_t is float and out_t is float:
+        if not (p.f32 and p.run_len >= FN_WF and p.g32 == NULL and p.b32 == NULL):
+            return False
+    elif in_t is double and out_t is double:
+        if not (p.has_y and p.run_len >= FN_W and inner.stride[OP_X] == sizeof(double)
+                and inner.stride[OP_Y] == sizeof(double)):
+            return False
+    else:
+        return False
+    if not (L.n_kept == 1 and p.n_runs > 1 and row_bytes <= IMAGE_RUN_BYTES
             and L.kept[0].stride[OP_X] == row_bytes and L.kept[0].stride[OP_Y] == row_bytes):
         return False
     for a in range(L.n_red):
@@ -791,6 +800,40 @@ cdef void interleaved_image(const SlicePlan* p, Py_ssize_t ri, const float* m32,
                           ones, zeros, m32, s32, e32, p.L.stream)
 
 
+cdef void fold_f64(const SlicePlan* p, const Coef* coefs, double* m, double* k2,
+                   double* k0) noexcept nogil:
+    """Every slice's float64 coefficients with its gain and bias folded in:
+    y = (x - m) * k2 + k0 (fn_affine_rows_f64).  m is pivot + shift (the
+    mean) rounded, and the rounding's remainder goes into k0, so that x - m
+    is exact near the mean whatever the offset (with the statistics given
+    the pivot is 0 and the shift the whole mean)."""
+    cdef const Layout* L = p.L
+    cdef Odometer s
+    cdef Py_ssize_t si
+    cdef double g, piv, sh, t, rem
+    odo_init(&s, L.kept, L.n_kept, 0)
+    for si in range(L.n_slices):
+        g = (<const double*>(L.base[OP_G] + s.off[OP_G]))[0]
+        piv = coefs[si].pivot
+        sh = coefs[si].shift
+        m[si] = piv + sh
+        t = m[si] - piv                           # TwoSum: piv + sh = m + rem
+        rem = (piv - (m[si] - t)) + (sh - t)
+        k2[si] = coefs[si].scale * g
+        k0[si] = (<const double*>(L.base[OP_B] + s.off[OP_B]))[0] - rem * k2[si]
+        odo_next(&s, L.kept, L.n_kept)
+
+
+cdef void interleaved_image_f64(const SlicePlan* p, Py_ssize_t ri, const double* k) noexcept nogil:
+    """interleaved_image in float64: k holds m, k2, k0, n_slices + 1 each."""
+    cdef Odometer r
+    cdef Py_ssize_t n = p.L.n_slices + 1
+    odo_init(&r, p.L.red, p.L.n_red - 1, ri)
+    fn_affine_rows_f64(<const double*>(p.L.base[OP_X] + r.off[OP_X]), NULL,
+                       <double*>(p.L.base[OP_Y] + r.off[OP_Y]), p.L.n_slices, p.run_len,
+                       k, NULL, k + n, k + 2 * n, p.L.stream)
+
+
 cdef void slice_output(const SlicePlan* p, Py_ssize_t si, Coef c, in_t* ki,
                        out_t* ko) noexcept nogil:
     cdef Odometer s, r
@@ -804,9 +847,10 @@ cdef void slice_output(const SlicePlan* p, Py_ssize_t si, Coef c, in_t* ki,
 
 cdef int interleaved_kernel(const SlicePlan* p, int nthreads, in_t* ki,
                             out_t* ko) noexcept nogil:
-    """Slices that interleave (see interleaved): the statistics slice by
-    slice, then the output image by image, each image's runs as one run
-    (fn_normalize_rows_f32), read and written in address order.  Slice by
+    """Slices that interleave (see interleaved): the statistics image block
+    by image block, then the output image by image, each image's runs as one
+    run (fn_normalize_rows_f32, fn_affine_rows_f64), read and written in
+    address order.  Slice by
     slice, every image was a stream of its own, read twice: batch norm over
     (64, 512, 14, 14) took 3.1x a copy of its bytes with the statistics
     given."""
@@ -814,6 +858,7 @@ cdef int interleaved_kernel(const SlicePlan* p, int nthreads, in_t* ki,
     cdef Py_ssize_t n = L.n_slices, si, i
     cdef Coef* coefs = <Coef*>malloc(n * sizeof(Coef))
     cdef float* m32 = <float*>malloc(3 * n * sizeof(float))
+    cdef double* k64
     cdef float* ones = <float*>malloc(2 * (p.run_len + WRAP) * sizeof(float))
     cdef float* zeros
     cdef bint ok
@@ -831,6 +876,23 @@ cdef int interleaved_kernel(const SlicePlan* p, int nthreads, in_t* ki,
         free(m32)
         free(ones)
         return -1
+    if in_t is double and out_t is double:
+        k64 = <double*>calloc(3 * (n + 1), sizeof(double))
+        if k64 == NULL:
+            free(coefs)
+            free(m32)
+            free(ones)
+            return -1
+        fold_f64(p, coefs, k64, k64 + n + 1, k64 + 2 * (n + 1))
+        with parallel(num_threads=nthreads):
+            for i in prange(p.n_runs, schedule="guided"):
+                interleaved_image_f64(p, i, k64)
+            fn_sfence()
+        free(k64)
+        free(coefs)
+        free(m32)
+        free(ones)
+        return 0
     ok = fold_f32(p, coefs, m32, m32 + n, m32 + 2 * n)
     if nthreads > 1:
         with parallel(num_threads=nthreads):
@@ -1091,7 +1153,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     if in_t is double and out_t is double:
         plan_f64(&p)
 
-    if interleaved(&p):
+    if interleaved(&p, ki, ko):
         i = interleaved_kernel(&p, nthreads, ki, ko)
         free_plan_f32(&p)
         return <int>i

@@ -55,6 +55,9 @@ cdef extern from "fastnorm_simd.h" nogil:
     void fn_grad_cols_f32(const float* x, const float* dy, float* dx, const float* m,
                           const float* k1, const float* k2, const float* k0, Py_ssize_t n,
                           int stream)
+    void fn_affine_rows_f64(const double* x, const double* dy, double* out, Py_ssize_t rows,
+                            Py_ssize_t n, const double* m, const double* k1, const double* k2,
+                            const double* k0, int stream)
     void fn_grad_rows_f32(const float* x, const float* dy, float* dx, Py_ssize_t rows,
                           Py_ssize_t n, const float* m, const float* k1, const float* k2,
                           const float* k0, int stream)

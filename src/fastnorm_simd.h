@@ -473,6 +473,28 @@ static inline fn_vi32 fn_lanes_i32(void)
 }
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+typedef int64_t fn_vi64 __attribute__((vector_size(FN_VBYTES)));
+
+/* The lane numbers 0 .. FN_W - 1. */
+static inline fn_vi64 fn_lanes_i64(void)
+{
+    fn_vi64 lane;
+    for (int l = 0; l < FN_W; l++)
+        lane[l] = l;
+    return lane;
+}
+#endif
+
+/* Values of a float64 output before its first vector-aligned one, when it
+ * is streamed (none otherwise), at most n. */
+static inline ptrdiff_t fn_head_f64(const double *y, ptrdiff_t n, int stream)
+{
+    ptrdiff_t head = (ptrdiff_t)(((uintptr_t)y / sizeof(double)) % FN_W);
+    head = (!stream || head == 0) ? 0 : FN_W - head;
+    return head > n ? n : head;
+}
+
 /* Rows that follow each other as one run: column c of row r moved on by
  * `step` values (less than a row). */
 static inline void fn_row_advance(ptrdiff_t *c, ptrdiff_t *r, ptrdiff_t n, ptrdiff_t step)
@@ -498,7 +520,8 @@ static inline void fn_normalize_rows_f32(const float *x, float *y, ptrdiff_t row
     ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
 #if defined(__GNUC__) || defined(__clang__)
     fn_vi32 lane = fn_lanes_i32();
-    for (ptrdiff_t head = fn_head_f32(y, total, stream); i < head; i++, fn_row_advance(&c, &r, n, 1))
+    for (ptrdiff_t head = fn_head_f32(y, total, stream); i < head;
+         i++, fn_row_advance(&c, &r, n, 1))
         y[i] = ((x[i] - m[r]) * s[r] - e[r]) * g[c] + b[c];
     for (; i + FN_WF <= total; i += FN_WF) {
         fn_vf32 vm = fn_set1_f32(m[r]), vs = fn_set1_f32(s[r]), ve = fn_set1_f32(e[r]);
@@ -527,16 +550,10 @@ static inline void fn_normalize_rows_f64(const double *x, double *y, ptrdiff_t r
 {
     ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
 #if defined(__GNUC__) || defined(__clang__)
-    typedef int64_t fn_vi64 __attribute__((vector_size(FN_VBYTES)));
-    fn_vi64 lane;
-    for (int l = 0; l < FN_W; l++)
-        lane[l] = l;
-    if (stream) {
-        ptrdiff_t head = (ptrdiff_t)(((uintptr_t)y / sizeof(double)) % FN_W);
-        head = head == 0 ? 0 : FN_W - head;
-        for (head = head > total ? total : head; i < head; i++, fn_row_advance(&c, &r, n, 1))
-            y[i] = ((x[i] - p[r]) - h[r]) * s[r] * g[c] + b[c];
-    }
+    fn_vi64 lane = fn_lanes_i64();
+    for (ptrdiff_t head = fn_head_f64(y, total, stream); i < head;
+         i++, fn_row_advance(&c, &r, n, 1))
+        y[i] = ((x[i] - p[r]) - h[r]) * s[r] * g[c] + b[c];
     for (; i + FN_W <= total; i += FN_W) {
         fn_vd vp = fn_set1(p[r]), vh = fn_set1(h[r]), vs = fn_set1(s[r]), t;
         if (n - c < FN_W) {
@@ -628,7 +645,8 @@ static inline void fn_grad_rows_f32(const float *x, const float *dy, float *dx, 
     ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
 #if defined(__GNUC__) || defined(__clang__)
     fn_vi32 lane = fn_lanes_i32();
-    for (ptrdiff_t head = fn_head_f32(dx, total, stream); i < head; i++, fn_row_advance(&c, &r, n, 1))
+    for (ptrdiff_t head = fn_head_f32(dx, total, stream); i < head;
+         i++, fn_row_advance(&c, &r, n, 1))
         dx[i] = dy[i] * k1[r] + ((x[i] - m[r]) * k2[r] + k0[r]);
     for (; i + FN_WF <= total; i += FN_WF) {
         fn_vf32 vm = fn_set1_f32(m[r]), v1 = fn_set1_f32(k1[r]), v2 = fn_set1_f32(k2[r]),
@@ -647,6 +665,58 @@ static inline void fn_grad_rows_f32(const float *x, const float *dy, float *dx, 
 #endif
     for (; i < total; i++, fn_row_advance(&c, &r, n, 1))
         dx[i] = dy[i] * k1[r] + ((x[i] - m[r]) * k2[r] + k0[r]);
+}
+
+static inline double fn_affine_one(const double *x, const double *dy, ptrdiff_t i, double m,
+                                   double k1, double k2, double k0)
+{
+    double t = (x[i] - m) * k2 + k0;
+    return dy ? t + dy[i] * k1 : t;
+}
+
+/* float64 rows of n >= FN_W values that follow each other in memory, row
+ * r's coefficients m, k1, k2, k0 [r] (arrays of rows + 1: a vector that
+ * crosses into row r + 1 takes each lane's from its own row):
+ *     out = (x - m) * k2 + k0 + dy * k1     (dy NULL: without the last term)
+ * the forward pass (k2 the scale times gamma) and the gradient's dx alike,
+ * for the channels of an NCHW image. */
+static inline void fn_affine_rows_f64(const double *x, const double *dy, double *out,
+                                      ptrdiff_t rows, ptrdiff_t n, const double *m,
+                                      const double *k1, const double *k2, const double *k0,
+                                      int stream)
+{
+    ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
+#if defined(__GNUC__) || defined(__clang__)
+    fn_vi64 lane = fn_lanes_i64();
+    for (ptrdiff_t head = fn_head_f64(out, total, stream); i < head;
+         i++, fn_row_advance(&c, &r, n, 1))
+        out[i] = fn_affine_one(x, dy, i, m[r], k1[r], k2[r], k0[r]);
+    for (; i + FN_W <= total; i += FN_W) {
+        fn_vd vm = fn_set1(m[r]), v2 = fn_set1(k2[r]), v0 = fn_set1(k0[r]), v1, t;
+        if (n - c < FN_W) {
+            fn_vi64 own = lane < (int64_t)(n - c);
+            vm = (fn_vd)(((fn_vi64)vm & own) | ((fn_vi64)fn_set1(m[r + 1]) & ~own));
+            v2 = (fn_vd)(((fn_vi64)v2 & own) | ((fn_vi64)fn_set1(k2[r + 1]) & ~own));
+            v0 = (fn_vd)(((fn_vi64)v0 & own) | ((fn_vi64)fn_set1(k0[r + 1]) & ~own));
+        }
+        t = (fn_load_f64(x + i) - vm) * v2 + v0;
+        if (dy) {
+            v1 = fn_set1(k1[r]);
+            if (n - c < FN_W) {
+                fn_vi64 own = lane < (int64_t)(n - c);
+                v1 = (fn_vd)(((fn_vi64)v1 & own) | ((fn_vi64)fn_set1(k1[r + 1]) & ~own));
+            }
+            t = t + fn_load_f64(dy + i) * v1;
+        }
+        if (stream)
+            fn_stream_f64(out + i, t);
+        else
+            fn_store_f64(out + i, t);
+        fn_row_advance(&c, &r, n, FN_W);
+    }
+#endif
+    for (; i < total; i++, fn_row_advance(&c, &r, n, 1))
+        out[i] = fn_affine_one(x, dy, i, m[r], k1[r], k2[r], k0[r]);
 }
 
 /* ------------------------------------------------------------------ */

@@ -2,11 +2,12 @@
 
 Batch norm over (N, C, H, W) reduces every channel over N runs of H * W
 values, and run n of channel c + 1 starts where run n of channel c ends.
-float32 calls with runs of 16 values up to 8 KiB go image by image: the
-moments of every channel over blocks of images (short runs a vector of
-channels at a time), folded block after block, then each image's runs
-normalized as one run with per-channel coefficients.  Runs of 16-31 values
-take their statistics as columns and their output image by image.  These
+float32 and float64 calls with runs of 16 values up to 8 KiB go image by
+image: the moments of every channel over blocks of images (short runs a
+vector of channels at a time), folded block after block, then each image's
+runs normalized as one run with per-channel coefficients.  float32 runs of
+up to 100 values take their statistics as columns, their output image by
+image.  These
 cases hit that way and its edges (run lengths that do and do not fill
 vectors, more images than blocks, a misaligned or streamed output, channels
 with inf/NaN, coefficients float32 cannot hold, outputs that are not laid
@@ -85,38 +86,57 @@ def test_images_batch_norm_training_and_eval(problem):
     _check_y(y, ref, dtype, spread=4.0 * (1.0 + offset * 1e-6 * (dtype == np.float32)))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("hw", [(4, 4), (4, 5), (5, 5), (7, 7), (1, 33), (14, 14), (28, 28),
                                 (45, 45), (46, 46)])
-def test_images_every_level_and_thread_count(simd_level, hw):
+def test_images_every_level_and_thread_count(simd_level, hw, dtype):
     # 16, 20 (columns statistics, output image by image), 25 (the same,
     # not a whole vector), 49, 33, 196, 784, 2025 values per run (8100
     # bytes: image by image) and 2116 (8464 bytes: slice by slice); 37
     # images (more than the 32 blocks: two to a block).
     rng = np.random.default_rng(hw[0] * 100 + hw[1])
-    x = (1e3 + rng.standard_normal((37, 6, *hw))).astype(np.float32)
+    # (float64: runs up to 1024 values image by image.)
+    x = (1e3 + rng.standard_normal((37, 6, *hw))).astype(dtype)
     gamma, beta = _params(rng, 6, "channel")
     outs = []
     for threads in (1, 2):
         fastnorm.set_num_threads(threads)
         outs.append(fastnorm.batch_norm(x, gamma, beta, eps=EPS, return_stats=True))
-    _check_y(outs[0][0], _reference(x, gamma, beta)[0])
+    _check_y(outs[0][0], _reference(x, gamma, beta)[0], dtype)
     for a, b in zip(outs[0], outs[1]):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("start", [0, 1, 3])
-def test_images_misaligned_and_streamed_output(start):
+def test_images_misaligned_and_streamed_output(start, dtype):
     # Over 8 MiB of output is written with non-temporal stores from the
     # first vector-aligned address, image after image.
     rng = np.random.default_rng(start)
-    shape = (12, 40, 80, 71) if start else (3, 5, 9, 19)
-    x = (2 + rng.standard_normal(shape)).astype(np.float32)
+    shape = (12, 40, 40 if dtype == np.float64 else 80, 71) if start else (3, 5, 9, 19)
+    x = (2 + rng.standard_normal(shape)).astype(dtype)
     gamma, beta = _params(rng, shape[1], "channel")
-    flat = np.full(x.size + start + 1, 7.0, np.float32)
+    flat = np.full(x.size + start + 1, 7.0, dtype)
     y = flat[start:start + x.size].reshape(shape)
     fastnorm.batch_norm(x, gamma, beta, eps=EPS, out=y)
-    _check_y(y, _reference(x, gamma, beta)[0])
+    _check_y(y, _reference(x, gamma, beta)[0], dtype)
     assert (flat[:start] == 7).all() and flat[-1] == 7
+
+
+def test_images_float64_far_from_zero_stays_exact():
+    # float64 at 1e8 with a spread of 1e-3: the output's m is the mean
+    # rounded, its remainder folded into the offset, so x - m is exact;
+    # (x - m) without the remainder would be off by ulp(1e8) / 1e-3.
+    rng = np.random.default_rng(15)
+    x = 1e8 + 1e-3 * rng.standard_normal((16, 12, 6, 6))
+    gamma, beta = _params(rng, 12, "channel")
+    _check_y(fastnorm.batch_norm(x, gamma, beta, eps=0.0), ref_layer_norm(
+        x, AXES, _keep(gamma), _keep(beta), eps=0.0)[0], np.float64)
+    rm = x.mean(axis=AXES) + 1e-4
+    rv = x.var(axis=AXES)
+    y = fastnorm.batch_norm(x, gamma, beta, rm, rv, training=False, eps=0.0)
+    ref = (x - _keep(rm)) / np.sqrt(_keep(rv)) * _keep(gamma) + _keep(beta)
+    _check_y(y, ref, np.float64)
 
 
 def test_images_output_not_laid_out_like_x():
@@ -247,13 +267,14 @@ def test_images_backward_every_level_and_thread_count(simd_level, hw, dtype):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("start", [0, 1])
-def test_images_backward_misaligned_and_streamed(start):
+def test_images_backward_misaligned_and_streamed(start, dtype):
     # Over 8 MiB of dx (written around the caches) from an odd start.
     rng = np.random.default_rng(12 + start)
-    shape = (12, 40, 80, 71) if start else (3, 5, 9, 19)
-    x, dy, gamma, mean, rstd = _grad_inputs(rng, shape, np.float32, 2.0, "channel")
-    flat = np.full(x.size + start + 1, 7.0, np.float32)
+    shape = (12, 40, 40 if dtype == np.float64 else 80, 71) if start else (3, 5, 9, 19)
+    x, dy, gamma, mean, rstd = _grad_inputs(rng, shape, dtype, 2.0, "channel")
+    flat = np.full(x.size + start + 1, 7.0, dtype)
     dx = flat[start:start + x.size].reshape(shape)
     got = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma, out=(dx, None, None))
     assert got[0] is dx
