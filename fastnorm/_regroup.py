@@ -16,11 +16,12 @@ Gradients alike: the gradient kernel sums every column, adds up each
 channel's columns (a group) before dx, and the parameter gradients are
 summed per channel here.
 
-Where the kernels go image by image themselves (float32 x and y, or any
-gradient, with at least IMAGES_INNER_MIN values per run: see
-``_kernels.pyx``, ``interleaved``, and ``_backward.pyx``, IMAGES), only the
-statistics are taken here and the output goes through x's own view; a
-gradient does not come here at all.
+Where the kernels go image by image themselves (float32 or float64 x and
+y alike, or any gradient, with at least IMAGES_INNER_MIN values per run:
+see ``_kernels.pyx``, ``interleaved``, and ``_backward.pyx``, IMAGES), only
+float16/float32 statistics are taken here and the output goes through x's
+own view; with the statistics given, or for a gradient, the call does not
+come here at all.
 
 Statistics are taken this way for float16/float32 data only: their column
 means are exact in float64, so the merge loses nothing.  float64 statistics
