@@ -62,15 +62,15 @@ GRADIENT_COLUMN_BYTES = 88
 COLUMN_ARRAYS_MAX = 8 << 20
 
 # float32 and float64 calls (x and y alike) with at least this many values
-# per run are
-# normalized by the kernels image by image, each image's runs one run with
-# per-channel coefficients, in address order: faster than the columns, whose
-# coefficients vary along every row.  Measured, eval batch_norm, float32, 1
-# thread, time / a copy: (784, 512, 4, 4) 1.54 -> 1.12, (256, 512, 7, 7)
-# 1.72 -> 0.98.  (The kernels need a vector of values per run: 16 floats.)
-# The statistics stay the columns': taken by the kernels image by image too,
-# they measured slower up to 8x8 images and no faster from 10x10 to 14x14
-# ((256, 512, 7, 7): 2.13 against 1.76x a copy in all).
+# per run are normalized by the kernels image by image, each image's runs one
+# run with per-channel coefficients, in address order: faster than the
+# columns, whose coefficients vary along every row.  Measured, eval
+# batch_norm, 1 thread, time / a copy: float32 (784, 512, 4, 4) 1.54 ->
+# 1.12, (256, 512, 7, 7) 1.72 -> 0.98; float64 (256, 512, 7, 7) 1.64 ->
+# 0.72.  (The kernels need a vector of values per run: 16 floats.)  The
+# float16/float32 statistics stay the columns': taken by the kernels image
+# by image too, they measured slower up to 8x8 images and no faster from
+# 10x10 to 14x14 ((256, 512, 7, 7): 2.13 against 1.76x a copy in all).
 IMAGES_INNER_MIN = 16
 
 # dtypes whose statistics are merged from column moments, and those that

@@ -700,10 +700,10 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     blocks are blocks of images."""
     cdef const Layout* L = g.L
     cdef Py_ssize_t n_images = L.slice_len // L.red[L.n_red - 1].size, i
+    cdef Py_ssize_t image_bytes = max(<Py_ssize_t>1, L.n_slices * L.red[L.n_red - 1].size
+                                      * <Py_ssize_t>sizeof(in_t))
     cdef Py_ssize_t n_blocks = block_count(
-        n_images, max(<Py_ssize_t>1, SLICE_BLOCK_BYTES // max(<Py_ssize_t>1,
-                                                              L.n_slices * L.red[L.n_red - 1].size
-                                                              * <Py_ssize_t>sizeof(in_t))),
+        n_images, max(<Py_ssize_t>1, SLICE_BLOCK_BYTES // image_bytes),
         2 * g.n_param * <Py_ssize_t>sizeof(double))
     cdef double* ab = <double*>malloc(2 * L.n_slices * sizeof(double))
     cdef Odometer s
@@ -730,7 +730,8 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         acc.b = gv * (<const double*>(g.dgamma + g.gshift + s.off[OP_G]))[0]
         slice_coefs(g, &acc, &ab[2 * i], &ab[2 * i + 1])
         odo_next(&s, L.kept, L.n_kept)
-    # float32: pass 2 from folded coefficients, each image one run of rows.
+    # float32 and float64: pass 2 from coefficients folded once per slice,
+    # each image one run of rows; other dtypes run by run.
     k32 = NULL
     k64 = NULL
     if in_t is float and out_t is float:

@@ -728,7 +728,8 @@ cdef int interleaved_coefs(const SlicePlan* p, int nthreads, Coef* coefs,
     cdef const Layout* L = p.L
     cdef Py_ssize_t n = L.n_slices, si, i
     cdef Py_ssize_t fit = IMAGE_STATE_BYTES // (n * <Py_ssize_t>sizeof(Moments))
-    cdef Py_ssize_t n_blocks = max(<Py_ssize_t>1, min(p.n_runs, min(<Py_ssize_t>IMAGE_BLOCKS, fit)))
+    cdef Py_ssize_t n_blocks = max(<Py_ssize_t>1,
+                                   min(p.n_runs, min(<Py_ssize_t>IMAGE_BLOCKS, fit)))
     cdef Py_ssize_t per_block = (p.n_runs + n_blocks - 1) // n_blocks
     cdef Odometer s
     cdef double* pivots
@@ -824,7 +825,8 @@ cdef void fold_f64(const SlicePlan* p, const Coef* coefs, double* m, double* k2,
         odo_next(&s, L.kept, L.n_kept)
 
 
-cdef void interleaved_image_f64(const SlicePlan* p, Py_ssize_t ri, const double* k) noexcept nogil:
+cdef void interleaved_image_f64(const SlicePlan* p, Py_ssize_t ri,
+                                const double* k) noexcept nogil:
     """interleaved_image in float64: k holds m, k2, k0, n_slices + 1 each."""
     cdef Odometer r
     cdef Py_ssize_t n = p.L.n_slices + 1
@@ -845,25 +847,32 @@ cdef void slice_output(const SlicePlan* p, Py_ssize_t si, Coef c, in_t* ki,
         odo_next(&r, p.L.red, p.L.n_red - 1)
 
 
-cdef int interleaved_kernel(const SlicePlan* p, int nthreads, in_t* ki,
-                            out_t* ko) noexcept nogil:
-    """Slices that interleave (see interleaved): the statistics image block
-    by image block, then the output image by image, each image's runs as one
-    run (fn_normalize_rows_f32, fn_affine_rows_f64), read and written in
-    address order.  Slice by
-    slice, every image was a stream of its own, read twice: batch norm over
-    (64, 512, 14, 14) took 3.1x a copy of its bytes with the statistics
-    given."""
-    cdef const Layout* L = p.L
-    cdef Py_ssize_t n = L.n_slices, si, i
-    cdef Coef* coefs = <Coef*>malloc(n * sizeof(Coef))
+cdef int images_f64(const SlicePlan* p, int nthreads, const Coef* coefs) noexcept nogil:
+    """The float64 output image by image (fn_affine_rows_f64)."""
+    cdef Py_ssize_t n = p.L.n_slices + 1, i
+    cdef double* k = <double*>calloc(3 * n, sizeof(double))
+    if k == NULL:
+        return -1
+    fold_f64(p, coefs, k, k + n, k + 2 * n)
+    with parallel(num_threads=nthreads):
+        for i in prange(p.n_runs, schedule="guided"):
+            interleaved_image_f64(p, i, k)
+        fn_sfence()
+    free(k)
+    return 0
+
+
+cdef int images_f32(const SlicePlan* p, int nthreads, const Coef* coefs, in_t* ki,
+                    out_t* ko) noexcept nogil:
+    """The float32 output image by image (fn_normalize_rows_f32, gain and
+    bias folded into the coefficients, tables of ones and zeros along the
+    run); slice by slice where float32 cannot hold a slice's coefficients."""
+    cdef Py_ssize_t n = p.L.n_slices, i
     cdef float* m32 = <float*>malloc(3 * n * sizeof(float))
-    cdef double* k64
     cdef float* ones = <float*>malloc(2 * (p.run_len + WRAP) * sizeof(float))
     cdef float* zeros
     cdef bint ok
-    if coefs == NULL or m32 == NULL or ones == NULL:
-        free(coefs)
+    if m32 == NULL or ones == NULL:
         free(m32)
         free(ones)
         return -1
@@ -871,48 +880,36 @@ cdef int interleaved_kernel(const SlicePlan* p, int nthreads, in_t* ki,
     for i in range(p.run_len + WRAP):
         ones[i] = 1.0
         zeros[i] = 0.0
-    if interleaved_coefs(p, nthreads, coefs, ki) != 0:
-        free(coefs)
-        free(m32)
-        free(ones)
-        return -1
-    if in_t is double and out_t is double:
-        k64 = <double*>calloc(3 * (n + 1), sizeof(double))
-        if k64 == NULL:
-            free(coefs)
-            free(m32)
-            free(ones)
-            return -1
-        fold_f64(p, coefs, k64, k64 + n + 1, k64 + 2 * (n + 1))
-        with parallel(num_threads=nthreads):
-            for i in prange(p.n_runs, schedule="guided"):
-                interleaved_image_f64(p, i, k64)
-            fn_sfence()
-        free(k64)
-        free(coefs)
-        free(m32)
-        free(ones)
-        return 0
     ok = fold_f32(p, coefs, m32, m32 + n, m32 + 2 * n)
-    if nthreads > 1:
-        with parallel(num_threads=nthreads):
-            if ok:
-                for i in prange(p.n_runs, schedule="guided"):
-                    interleaved_image(p, i, m32, m32 + n, m32 + 2 * n, ones, zeros)
-            else:
-                for i in prange(n, schedule="guided"):
-                    slice_output(p, i, coefs[i], ki, ko)
-            fn_sfence()
-    else:
-        for i in range(p.n_runs if ok else 0):
-            interleaved_image(p, i, m32, m32 + n, m32 + 2 * n, ones, zeros)
-        for i in range(n if not ok else 0):
-            slice_output(p, i, coefs[i], ki, ko)
+    with parallel(num_threads=nthreads):
+        if ok:
+            for i in prange(p.n_runs, schedule="guided"):
+                interleaved_image(p, i, m32, m32 + n, m32 + 2 * n, ones, zeros)
+        else:
+            for i in prange(n, schedule="guided"):
+                slice_output(p, i, coefs[i], ki, ko)
         fn_sfence()
-    free(coefs)
     free(m32)
     free(ones)
     return 0
+
+
+cdef int interleaved_kernel(const SlicePlan* p, int nthreads, in_t* ki,
+                            out_t* ko) noexcept nogil:
+    """Slices that interleave (see interleaved): the statistics image block
+    by image block, then the output image by image, each image's runs as one
+    run, read and written in address order.  Slice by slice, every image
+    was a stream of its own, read twice: batch norm over (64, 512, 14, 14)
+    took 3.1x a copy of its bytes with the statistics given."""
+    cdef Coef* coefs = <Coef*>malloc(p.L.n_slices * sizeof(Coef))
+    cdef int rc = -1
+    if coefs != NULL and interleaved_coefs(p, nthreads, coefs, ki) == 0:
+        if in_t is double and out_t is double:
+            rc = images_f64(p, nthreads, coefs)
+        else:
+            rc = images_f32(p, nthreads, coefs, ki, ko)
+    free(coefs)
+    return rc
 
 
 cdef void short_slices(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,

@@ -471,9 +471,7 @@ static inline fn_vi32 fn_lanes_i32(void)
         lane[l] = l;
     return lane;
 }
-#endif
 
-#if defined(__GNUC__) || defined(__clang__)
 typedef int64_t fn_vi64 __attribute__((vector_size(FN_VBYTES)));
 
 /* The lane numbers 0 .. FN_W - 1. */
