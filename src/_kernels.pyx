@@ -508,6 +508,22 @@ cdef inline void prefetch_run(const SlicePlan* p, const Odometer* s, const Odome
         fn_prefetch_l2(x + off)
 
 
+cdef inline void merge_run(Moments* acc, const char* x, Py_ssize_t n, double mean,
+                           double m2, double pivot, in_t* ki) noexcept nogil:
+    """Fold a run's moments from rows_moments into acc; a run whose moments
+    are not finite (inf, NaN, overflow) is redone Welford's way, as a long
+    run would be."""
+    cdef Moments m
+    m.n = <double>n
+    m.mean = mean
+    m.m2 = m2
+    if mean - mean == 0.0 and m2 - m2 == 0.0:
+        m.m2 = max(m2, 0.0)
+    else:
+        m = scalar_moments(x, sizeof(in_t), n, pivot, ki)
+    moments_merge(acc, &m)
+
+
 cdef Moments short_runs_moments(const SlicePlan* p, const Odometer* s, double pivot,
                                 const Odometer* s_next, Py_ssize_t run_ahead,
                                 in_t* ki) noexcept nogil:
@@ -522,7 +538,7 @@ cdef Moments short_runs_moments(const SlicePlan* p, const Odometer* s, double pi
     cdef double piv[8]
     cdef double mean[8]
     cdef double m2[8]
-    cdef Moments acc = moments_empty(), m
+    cdef Moments acc = moments_empty()
     cdef Py_ssize_t ri = 0
     cdef int l, lanes
     for l in range(FN_W):
@@ -542,15 +558,7 @@ cdef Moments short_runs_moments(const SlicePlan* p, const Odometer* s, double pi
                 rows[l] = rows[0]        # a stand-in, its results unused
         rows_moments(rows, p.run_len, piv, mean, m2, ki)
         for l in range(lanes):
-            m.n = <double>p.run_len
-            m.mean = mean[l]
-            m.m2 = m2[l]
-            if m.mean - m.mean == 0.0 and m.m2 - m.m2 == 0.0:
-                m.m2 = max(m.m2, 0.0)
-            else:
-                # inf, NaN or overflow: Welford's way, as for a long run
-                m = scalar_moments(rows[l], sizeof(in_t), p.run_len, pivot, ki)
-            moments_merge(&acc, &m)
+            merge_run(&acc, rows[l], p.run_len, mean[l], m2[l], pivot, ki)
         ri = ri + lanes
     return acc
 
@@ -646,21 +654,6 @@ cdef bint interleaved(const SlicePlan* p, in_t* ki, out_t* ko) noexcept nogil:
         if L.red[a].stride[OP_G] != 0 or L.red[a].stride[OP_B] != 0:
             return False
     return True
-
-
-cdef inline void merge_run(Moments* acc, const char* x, Py_ssize_t n, double mean,
-                           double m2, double pivot, in_t* ki) noexcept nogil:
-    """Fold a run's moments from rows_moments into acc; a run whose are not
-    finite (inf, NaN, overflow) is redone Welford's way."""
-    cdef Moments m
-    m.n = <double>n
-    m.mean = mean
-    m.m2 = m2
-    if mean - mean == 0.0 and m2 - m2 == 0.0:
-        m.m2 = max(m2, 0.0)
-    else:
-        m = scalar_moments(x, sizeof(in_t), n, pivot, ki)
-    moments_merge(acc, &m)
 
 
 cdef void interleaved_block_stats(const SlicePlan* p, Py_ssize_t blk, Py_ssize_t per_block,
