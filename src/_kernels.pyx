@@ -508,6 +508,16 @@ cdef inline void prefetch_run(const SlicePlan* p, const Odometer* s, const Odome
         fn_prefetch_l2(x + off)
 
 
+cdef inline Py_ssize_t run_ahead_bytes(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
+    """How much of each run of slice si + 1 slice si prefetches (see
+    RUN_AHEAD_BYTES): 0 for single runs, runs over IMAGE_RUN_BYTES and the
+    last slice."""
+    cdef Py_ssize_t run_bytes = p.run_len * p.L.red[p.L.n_red - 1].stride[OP_X]
+    if p.n_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > IMAGE_RUN_BYTES:
+        return 0
+    return min(<Py_ssize_t>RUN_AHEAD_BYTES, run_bytes)
+
+
 cdef inline void merge_run(Moments* acc, const char* x, Py_ssize_t n, double mean,
                            double m2, double pivot, in_t* ki) noexcept nogil:
     """Fold a run's moments from rows_moments into acc; a run whose moments
@@ -577,10 +587,8 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
     cdef double pivot
     if p.mode == MODE_GIVEN:
         return given(L, s.off[OP_S])
-    if (p.n_runs > 1 and si + 1 < L.n_slices
-            and p.run_len * L.red[L.n_red - 1].stride[OP_X] <= IMAGE_RUN_BYTES):
-        run_ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES,
-                        p.run_len * L.red[L.n_red - 1].stride[OP_X])
+    run_ahead = run_ahead_bytes(p, si)
+    if run_ahead > 0:
         odo_init(&s_next, L.kept, L.n_kept, si + 1)
     pivot = slice_pivot(p, s, ki)
     if p.short_runs:
@@ -613,10 +621,8 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
         odo_init(&s_next, L.kept, L.n_kept, si + 1)
         if p.n_runs > 1:
             # With the statistics given, this is the slice's one look.
-            if (p.mode == MODE_GIVEN
-                    and p.run_len * L.red[L.n_red - 1].stride[OP_X] <= IMAGE_RUN_BYTES):
-                run_ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES,
-                                p.run_len * L.red[L.n_red - 1].stride[OP_X])
+            if p.mode == MODE_GIVEN:
+                run_ahead = run_ahead_bytes(p, si)
         elif L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t):
             ahead = L.base[OP_X] + s_next.off[OP_X]
         else:
