@@ -143,7 +143,7 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     beta = param(beta, "beta", x.shape, axes)
     y, (mean, rstd, _), sdt, outs = normalize(
         x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-        n_stats=2 if return_stats else 0)
+        n_stats=2 if return_stats else 0, want_stats=return_stats)
     if not return_stats:
         return y
     return y, deliver(mean, sdt, outs[0], "out[1]"), deliver(rstd, sdt, outs[1], "out[2]")
@@ -191,7 +191,7 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     gamma = param(gamma, "gamma", x.shape, axes)
     y, (_, rstd, _), sdt, outs = normalize(
         x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
-        n_stats=1 if return_stats else 0)
+        n_stats=1 if return_stats else 0, want_stats=return_stats)
     if not return_stats:
         return y
     return y, deliver(rstd, sdt, outs[0], "out[1]")

@@ -143,7 +143,7 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
             check_out(o, f"out[{i}]", grp.stat_shape, sdt)
     y, (mean, rstd, _), sdt, _ = normalize(
         grp.split(x), grp.reduced, "center", eps=eps, gamma=gamma, beta=beta, out=y_out,
-        dtype=dtype, n_stats=0)
+        dtype=dtype, n_stats=0, want_stats=return_stats)
     y = y.reshape(x.shape) if y_out is None else outs[0]
     if not return_stats:
         return y
@@ -256,5 +256,5 @@ def weight_standardize(w, *, axis=None, eps=1e-5):
     w = as_input(w, "w")
     axes = _all_but_first(axis, w.ndim)
     y, _, _, _ = normalize(w, axes, "center", eps=check_eps(eps), gamma=None, beta=None,
-                           out=None, dtype=None, n_stats=0)
+                           out=None, dtype=None, n_stats=0, want_stats=False)
     return y

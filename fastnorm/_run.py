@@ -12,15 +12,22 @@ from ._config import team_size
 
 
 def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
-                 given=None, want_var=False):
+                 given=None, want_var=False, want_stats=True):
     """Run the kernel once; return its per-slice float64 statistics in
     keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
-    'center', (mean of squares, rstd) for 'rms', the given pair for 'given'."""
+    'center', (mean of squares, rstd) for 'rms', the given pair for 'given'.
+    want_stats=False (with y, modes 'center' and 'rms'): the caller keeps y
+    alone, and the statistics may come back as None."""
     shape = keepdims_shape(x.shape, axes)
+    regrouped = _regroup.plan(x, axes, mode, gamma, beta, y) if x.size else None
     if given is not None:
         s0, s1 = given
-    else:
+    elif want_stats or want_var or regrouped is not None or x.size == 0:
         s0, s1 = np.empty(shape), np.empty(shape)
+    else:
+        # Not even allocated: one statistic per slice is an eighth of x's
+        # bytes for rows of 32 float32 values, and fresh pages fault.
+        s0 = s1 = None
     s2 = np.empty(shape) if want_var else None
     if x.size == 0:
         # Nothing to read; a slice with no values has undefined statistics.
@@ -30,7 +37,6 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
                 if s is not None:
                     s.fill(np.nan)
         return s0, s1, s2
-    regrouped = _regroup.plan(x, axes, mode, gamma, beta, y)
     if regrouped is not None:
         _regroup.run(x, regrouped, mode, keep=shape, reduced=reduced_mask(axes, x.ndim),
                      eps=eps, gamma=gamma, beta=beta, y=y, s0=s0, s1=s1, s2=s2, given=given)
@@ -52,9 +58,10 @@ def deliver(stat, dtype, out, name):
 
 
 def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
-              given=None, want_var=False):
+              given=None, want_var=False, want_stats=True):
     """Shared body of the normalizers: y plus the statistics in the dtype
-    the caller gets them in (n_stats of them are delivered through out)."""
+    the caller gets them in (n_stats of them are delivered through out;
+    want_stats=False: y alone is used, the statistics may be None)."""
     out_dtype, stat_dtype = result_dtypes(x.dtype, dtype)
     outs = split_out(out, 1 + n_stats)
     # Every out= is checked before anything is written.
@@ -72,7 +79,7 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
         if given is not None:
             given = tuple(detach(s, y) for s in given)
     stats = kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,
-                         given=given, want_var=want_var)
+                         given=given, want_var=want_var, want_stats=want_stats)
     if final is not None:
         np.copyto(final, y)
         y = final

@@ -155,13 +155,19 @@ cdef inline double rstd_of(double var, double mean, int mode, double eps) noexce
 
 cdef inline Coef record(Moments m, double pivot, int mode, const Layout* L, Py_ssize_t off,
                         double scale) noexcept nogil:
-    """Write a slice's statistics to the stat arrays at byte offset off and
-    return the coefficients that normalize it; scale is rstd_of's."""
+    """Write a slice's statistics to the stat arrays at byte offset off
+    (unless the caller wants none: no arrays) and return the coefficients
+    that normalize it; scale is rstd_of's."""
     cdef Coef c
     cdef double var = m.m2 / m.n, mean = pivot + m.mean
     c.pivot = pivot
     c.shift = m.mean
     c.scale = scale
+    if L.stat[0] == NULL:
+        if mode == MODE_RMS:
+            c.pivot = 0.0
+            c.shift = 0.0
+        return c
     if mode == MODE_STATS:
         # An inf that is a slice's last update leaves its mean inf; the
         # variance is NaN either way, and so is the mean then (where the inf
@@ -1919,13 +1925,18 @@ def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
     """Run one call: x (float16/32/64, aligned, native byte order); y an
     output of x's shape or None; gamma, beta float64 arrays of x.ndim
     dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
-    keepdims layout (outputs, or inputs for mode 'given'), and s2 a third
-    one for the variance (mode 'center') or None; reduced a tuple of
-    bools, one per axis of x.  Nothing is copied."""
+    keepdims layout (outputs, or inputs for mode 'given'), both None when
+    the caller wants y alone (modes 'center' and 'rms': large arrays written
+    for nothing, and fresh pages cost their faults), and s2 a third one for
+    the variance (mode 'center') or None; reduced a tuple of bools, one per
+    axis of x.  Nothing is copied."""
     cdef Layout L
     cdef int rc, in_code = type_code(x), out_code = in_code
     cdef bint has_y = y is not None
     cdef double one_zero[2]
+    if (s0 is None or s1 is None) and (s0 is not s1 or s2 is not None or not has_y
+                                       or mode == MODE_GIVEN or mode == MODE_STATS):
+        raise ValueError("fastnorm: statistics arrays are needed here")
     if has_y:
         out_code = type_code(y)
     make_layout(&L, x, (y, gamma, beta, s0, s1, s2), reduced)

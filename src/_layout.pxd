@@ -101,8 +101,8 @@ cdef inline bint _chains(const Axis* outer, const Axis* inner) noexcept:
 
 cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) except -1:
     """Fill L for x and ops = (y, gamma, beta, s0, s1, s2), any of them None
-    but s0.  Every operand but x has x.ndim dimensions, each equal to x's
-    or 1; s1 and s2 have the strides of s0."""
+    (s1 with s0: no statistics written).  Every operand but x has x.ndim
+    dimensions, each equal to x's or 1; s1 and s2 have the strides of s0."""
     cdef Axis dims[MAX_DIMS]
     cdef bint red[MAX_DIMS]
     cdef Axis tmp_axis
