@@ -985,6 +985,31 @@ cdef inline bint coef_f32(Coef c, float* m, float* s, float* e) noexcept nogil:
     return fabs(mean) < 1e30 and 1e-30 < c.scale < 1e30
 
 
+cdef inline bint lanes_coef_f32(const double* piv, const double* mean, const double* m2,
+                                const double* scale, int mode, float* m32, float* s32,
+                                float* e32) noexcept nogil:
+    """The float32 coefficients of FN_W slices at once, the bits that
+    record and coef_f32 give each, where every slice's moments are finite,
+    its m2 not negative and float32 holds its coefficients; false (nothing
+    usable) otherwise."""
+    cdef fn_vd mv, sc = fn_load_f64(scale)
+    cdef double a
+    cdef int l
+    for l in range(FN_W):
+        a = piv[l] + mean[l]
+        if not (m2[l] >= 0.0 and m2[l] - m2[l] == 0.0 and fabs(a) < 1e30
+                and 1e-30 < scale[l] < 1e30):
+            return False
+    if mode == MODE_RMS:
+        mv = fn_zero()           # rms_norm does not centre
+    else:
+        mv = fn_add(fn_load_f64(piv), fn_load_f64(mean))
+    fn_store_f32(m32, mv)
+    fn_store_f32(s32, sc)
+    fn_store_f32(e32, fn_mul(fn_sub(mv, fn_load_f32(m32)), sc))
+    return True
+
+
 cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
                      out_t* ko) noexcept nogil:
     """Slices first .. first + count (SHORT_BATCH at most), each one short
@@ -1014,6 +1039,8 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
     cdef fn_vd var, mv, den
     cdef Moments m
     cdef bint whole = p.rows_f32 or p.rows_f64
+    cdef bint quick = (p.rows_f32 and L.stat[0] == NULL
+                       and (p.mode == MODE_CENTER or p.mode == MODE_RMS))
     cdef const char* x0
     cdef char* y0
     cdef int l, lanes, k
@@ -1044,6 +1071,13 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
                 fn_store_f64(scale, fn_div(fn_set1(1.0), fn_sqrt(den)))
             else:
                 fn_store_f64(scale, fn_set1(1.0))
+            # No statistics to write and the whole item in one float32 pass:
+            # the coefficients of the FN_W slices in vectors (slice by slice
+            # they cost rows of 32 floats a fifth of their time).
+            if (quick and whole
+                    and lanes_coef_f32(piv, mean, m2, scale, p.mode, &m32[i], &s32[i], &e32[i])):
+                i = i + lanes
+                continue
         for l in range(lanes):
             j = i + l
             if p.mode == MODE_GIVEN:

@@ -1,9 +1,12 @@
 """Short rows: slices that are one contiguous run of 16 values up to 1 KiB.
 
 Their statistics are taken a batch of rows at a time (one vector lane per
-row, the corrected two-pass formula), and rows that follow each other in x
-and y are normalized as one run whose vectors may cross from one row into
-the next.  These cases hit that way: row lengths that do and do not fill
+row; float64 by the corrected two-pass formula, float16/float32 by sums
+shifted by each row's first value, in one look), and rows that follow each
+other in x and y are normalized as one run whose vectors may cross from one
+row into the next.  Without statistics to return, a batch's float32
+coefficients are made in vectors; rows that cannot (non-finite, float32
+cannot hold their coefficients) fall back to the row-by-row way.  These cases hit that way: row lengths that do and do not fill
 whole vectors, row counts that leave a partial batch and several work
 items, gamma and beta along the row or one for all, outputs that are not
 where the rows end (which keep the row-by-row output), and
@@ -59,6 +62,8 @@ def test_short_rows_layer_norm(problem):
     y, mean, rstd = fastnorm.layer_norm(x, gamma, beta, eps=EPS, return_stats=True)
     ref, rmean, rrstd, _, _ = ref_layer_norm(x, (1,), gamma, beta, eps=EPS)
     assert_close(y, ref, _tol(ref, x.dtype, 4.0), "y")
+    # Without statistics (coefficients a batch at a time): the same bits.
+    np.testing.assert_array_equal(fastnorm.layer_norm(x, gamma, beta, eps=EPS), y)
     if x.dtype == np.float64:
         assert_close(mean, rmean, 1e-12 * (1 + np.abs(rmean)), "mean")
     else:   # float32 statistics: within an ulp or two of the exact mean
@@ -142,12 +147,42 @@ def test_short_rows_nonfinite_rows_leave_the_others_alone(dtype):
     y, mean, rstd = fastnorm.layer_norm(x, eps=EPS, return_stats=True)
     assert np.isnan(y[bad]).any(axis=1).all()
     assert np.isnan(mean[bad]).all()
+    np.testing.assert_array_equal(fastnorm.layer_norm(x, eps=EPS), y)
     good = ~bad
     _check_layer_norm(x[good], None, None, y[good])
     m, v = fastnorm.mean_var(x, axis=1)
     assert np.isnan(m[bad]).all() and np.isnan(v[bad]).all()
     rmean, rvar, _ = ref_mean_var(x[good], (1,))
     assert_close(v[good], rvar[:, 0], 1e-5 * rvar[:, 0], "var")
+
+
+@pytest.mark.parametrize("mode", ["layer", "rms"])
+def test_short_rows_batches_float32_cannot_hold_fall_back(mode):
+    # float32 rows of 24 values, batches of 8 (AVX-512) or fewer: a row
+    # near 1e31 (its float32 mean cannot carry the rounding remainder) and
+    # constant rows with eps=0 (an infinite scale) in the middle of ordinary
+    # rows; each batch with one of them goes row by row, the others not.
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((40, 24)).astype(np.float32)
+    x[5] = (1e31 * (1 + 1e-3 * rng.standard_normal(24))).astype(np.float32)
+    x[13] = 2.5
+    x[22] = 0.0
+    gamma, beta = rng.uniform(0.5, 2.0, 24), rng.standard_normal(24)
+    if mode == "layer":
+        y = fastnorm.layer_norm(x, gamma, beta, eps=0.0)
+        y_stats = fastnorm.layer_norm(x, gamma, beta, eps=0.0, return_stats=True)[0]
+        ordinary = np.ones(40, bool)
+        ordinary[[13, 22]] = False        # 0 / 0: NaN, as the reference says
+        ref = ref_layer_norm(x[ordinary], (1,), gamma, beta, eps=0.0)[0]
+        assert_close(y[ordinary], ref, _tol(ref, np.float32, 4.0), "y")
+    else:
+        y = fastnorm.rms_norm(x, gamma, eps=0.0)
+        y_stats = fastnorm.rms_norm(x, gamma, eps=0.0, return_stats=True)[0]
+        ordinary = np.ones(40, bool)
+        ordinary[22] = False
+        ref = ref_rms_norm(x[ordinary], (1,), gamma, eps=0.0)[0]
+        assert_close(y[ordinary], ref, _tol(ref, np.float32, 4.0), "y")
+    np.testing.assert_array_equal(y, y_stats)
 
 
 def test_short_rows_sums_that_overflow_are_redone():
