@@ -207,50 +207,30 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
     cdef fn_vd sq[8]
     cdef double tail[8]
     cdef double tail_sq[8]
-    cdef double first[8]
     cdef fn_vd a, q, d, piv, mu, t, e
     cdef Py_ssize_t w = sizeof(in_t), body = n - n % FN_W, j
     cdef double inv_n = 1.0 / <double>n, dv
     cdef int l
     if in_t is not double:
+        # One look: the deviations from each run's first value (the pivots
+        # of float16/float32 data are 0), mean = first + their sum / n.
         for l in range(FN_W):
-            first[l] = sload(rows[l], kind)
-            piv = fn_set1(first[l])
+            mean[l] = sload(rows[l], kind)
+        t = fn_load_f64(mean)
+    else:
+        for l in range(FN_W):
+            piv = fn_set1(pivot[l])
             a = fn_zero()
-            q = fn_zero()
             j = 0
             while j < body:
-                d = fn_sub(vload(rows[l] + j * w, w, kind), piv)
-                a = fn_add(a, d)
-                q = fn_fma(d, d, q)
+                a = fn_add(a, shifted(vload(rows[l] + j * w, w, kind), piv, kind))
                 j = j + FN_W
             acc[l] = a
-            sq[l] = q
             tail[l] = 0.0
-            tail_sq[l] = 0.0
             for j in range(body, n):
-                dv = sload(rows[l] + j * w, kind) - first[l]
-                tail[l] = tail[l] + dv
-                tail_sq[l] = tail_sq[l] + dv * dv
-        # The pivots of float16/float32 data are 0: mean = first + S1 / n.
-        e = fn_add(fn_hsum_rows(acc), fn_load_f64(tail))
-        q = fn_add(fn_hsum_rows(sq), fn_load_f64(tail_sq))
-        fn_store_f64(mean, fn_fma(e, fn_set1(inv_n), fn_load_f64(first)))
-        fn_store_f64(m2, fn_sub(q, fn_mul(fn_mul(e, e), fn_set1(inv_n))))
-        return
-    for l in range(FN_W):
-        piv = fn_set1(pivot[l])
-        a = fn_zero()
-        j = 0
-        while j < body:
-            a = fn_add(a, shifted(vload(rows[l] + j * w, w, kind), piv, kind))
-            j = j + FN_W
-        acc[l] = a
-        tail[l] = 0.0
-        for j in range(body, n):
-            tail[l] = tail[l] + (sload(rows[l] + j * w, kind) - pivot[l])
-    t = fn_mul(fn_add(fn_hsum_rows(acc), fn_load_f64(tail)), fn_set1(inv_n))
-    fn_store_f64(mean, t)
+                tail[l] = tail[l] + (sload(rows[l] + j * w, kind) - pivot[l])
+        t = fn_mul(fn_add(fn_hsum_rows(acc), fn_load_f64(tail)), fn_set1(inv_n))
+        fn_store_f64(mean, t)
     for l in range(FN_W):
         piv = fn_set1(pivot[l])
         mu = fn_set1(mean[l])
@@ -270,7 +250,8 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
             dv = (sload(rows[l] + j * w, kind) - pivot[l]) - mean[l]
             tail[l] = tail[l] + dv
             tail_sq[l] = tail_sq[l] + dv * dv
-    # e = sum of deviations: zero but for the rounding of the mean.
+    # e = sum of deviations: for float64 zero but for the rounding of the
+    # mean; for float16/float32 the shifted sum S1.
     e = fn_add(fn_hsum_rows(acc), fn_load_f64(tail))
     q = fn_add(fn_hsum_rows(sq), fn_load_f64(tail_sq))
     fn_store_f64(mean, fn_fma(e, fn_set1(inv_n), t))
