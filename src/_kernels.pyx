@@ -985,20 +985,45 @@ cdef inline bint coef_f32(Coef c, float* m, float* s, float* e) noexcept nogil:
     return fabs(mean) < 1e30 and 1e-30 < c.scale < 1e30
 
 
+cdef inline bint lanes_plain(const double* mean, const double* m2) noexcept nogil:
+    """Whether FN_W slices' moments are finite and their m2 not negative:
+    what record takes as it is (others are clamped or redone)."""
+    cdef int l
+    for l in range(FN_W):
+        if not (m2[l] >= 0.0 and m2[l] - m2[l] == 0.0 and mean[l] - mean[l] == 0.0):
+            return False
+    return True
+
+
+cdef inline bint lanes_coef_f64(const double* piv, const double* mean, const double* m2,
+                                const double* scale, int mode, double* p64, double* h64,
+                                double* s64) noexcept nogil:
+    """The coefficients of FN_W slices at once, as record gives each, where
+    lanes_plain holds; false (nothing written) otherwise."""
+    if not lanes_plain(mean, m2):
+        return False
+    if mode == MODE_RMS:
+        fn_store_f64(p64, fn_zero())           # rms_norm does not centre
+        fn_store_f64(h64, fn_zero())
+    else:
+        fn_store_f64(p64, fn_load_f64(piv))
+        fn_store_f64(h64, fn_load_f64(mean))
+    fn_store_f64(s64, fn_load_f64(scale))
+    return True
+
+
 cdef inline bint lanes_coef_f32(const double* piv, const double* mean, const double* m2,
                                 const double* scale, int mode, float* m32, float* s32,
                                 float* e32) noexcept nogil:
     """The float32 coefficients of FN_W slices at once, the bits that
-    record and coef_f32 give each, where every slice's moments are finite,
-    its m2 not negative and float32 holds its coefficients; false (nothing
-    usable) otherwise."""
+    record and coef_f32 give each, where lanes_plain holds and float32
+    holds every slice's coefficients; false (nothing usable) otherwise."""
     cdef fn_vd mv, sc = fn_load_f64(scale)
-    cdef double a
     cdef int l
+    if not lanes_plain(mean, m2):
+        return False
     for l in range(FN_W):
-        a = piv[l] + mean[l]
-        if not (m2[l] >= 0.0 and m2[l] - m2[l] == 0.0 and fabs(a) < 1e30
-                and 1e-30 < scale[l] < 1e30):
+        if not (fabs(piv[l] + mean[l]) < 1e30 and 1e-30 < scale[l] < 1e30):
             return False
     if mode == MODE_RMS:
         mv = fn_zero()           # rms_norm does not centre
@@ -1039,8 +1064,9 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
     cdef fn_vd var, mv, den
     cdef Moments m
     cdef bint whole = p.rows_f32 or p.rows_f64
-    cdef bint quick = (p.rows_f32 and L.stat[0] == NULL
+    cdef bint quick = (whole and L.stat[0] == NULL
                        and (p.mode == MODE_CENTER or p.mode == MODE_RMS))
+    cdef bint done
     cdef const char* x0
     cdef char* y0
     cdef int l, lanes, k
@@ -1071,13 +1097,19 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
                 fn_store_f64(scale, fn_div(fn_set1(1.0), fn_sqrt(den)))
             else:
                 fn_store_f64(scale, fn_set1(1.0))
-            # No statistics to write and the whole item in one float32 pass:
-            # the coefficients of the FN_W slices in vectors (slice by slice
-            # they cost rows of 32 floats a fifth of their time).
-            if (quick and whole
-                    and lanes_coef_f32(piv, mean, m2, scale, p.mode, &m32[i], &s32[i], &e32[i])):
-                i = i + lanes
-                continue
+            # No statistics to write and the whole item in one pass: the
+            # coefficients of the FN_W slices in vectors (slice by slice they
+            # cost rows of 32 floats a fifth of their time).
+            if quick and whole:
+                if p.rows_f32:
+                    done = lanes_coef_f32(piv, mean, m2, scale, p.mode,
+                                          &m32[i], &s32[i], &e32[i])
+                else:
+                    done = lanes_coef_f64(piv, mean, m2, scale, p.mode,
+                                          &p64[i], &h64[i], &s64[i])
+                if done:
+                    i = i + lanes
+                    continue
         for l in range(lanes):
             j = i + l
             if p.mode == MODE_GIVEN:
