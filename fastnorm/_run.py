@@ -23,6 +23,7 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     if given is not None:
         s0, s1 = given
     elif want_stats or want_var or regrouped is not None or x.size == 0:
+        # (A regrouped call hands the kernels its merged statistics.)
         s0, s1 = np.empty(shape), np.empty(shape)
     else:
         # Not even allocated: one statistic per slice is an eighth of x's
