@@ -1039,7 +1039,8 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
                      out_t* ko) noexcept nogil:
     """Slices first .. first + count (SHORT_BATCH at most), each one short
     contiguous run.  Statistics FN_W slices at a time: their moments
-    (rows_moments) and scales in vectors, one lane per slice.  Output: rows
+    (rows_moments), scales and, with no statistics to write, coefficients
+    (lanes_coef_f32/_f64) in vectors, one lane per slice.  Output: rows
     that follow each other in memory (p.rows_f32) in one float32 pass over
     the whole item, which is still in L2 (fn_normalize_rows_f32); others
     slice by slice.  Done slice by slice, a run of 32 floats cost four to

@@ -4,14 +4,15 @@ Their statistics are taken a batch of rows at a time (one vector lane per
 row; float64 by the corrected two-pass formula, float16/float32 by sums
 shifted by each row's first value, in one look), and rows that follow each
 other in x and y are normalized as one run whose vectors may cross from one
-row into the next.  Without statistics to return, a batch's float32
-coefficients are made in vectors; rows that cannot (non-finite, float32
-cannot hold their coefficients) fall back to the row-by-row way.  These cases hit that way: row lengths that do and do not fill
-whole vectors, row counts that leave a partial batch and several work
-items, gamma and beta along the row or one for all, outputs that are not
-where the rows end (which keep the row-by-row output), and
-rows whose sums overflow or meet inf/NaN (redone Welford's way).  Every
-value is compared with the plain float64 reference on the same input.
+row into the next.  Without statistics to return, a batch's coefficients
+are made in vectors; batches that cannot (non-finite rows, float32 cannot
+hold a row's coefficients) fall back to the row-by-row way.  These cases
+hit that way: row lengths that do and do not fill whole vectors, row counts
+that leave a partial batch and several work items, gamma and beta along
+the row or one for all, outputs that are not where the rows end (which keep
+the row-by-row output), and rows whose sums overflow or meet inf/NaN
+(redone Welford's way).  Every value is compared with the plain float64
+reference on the same input.
 """
 import numpy as np
 import pytest
