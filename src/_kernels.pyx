@@ -46,11 +46,18 @@ cdef enum:
     # at a time, one vector lane per slice, output of rows that follow each
     # other as one run.  Against each slice its own way, rows of (32, 100,
     # 256) float32 values: layer_norm 3.9 -> 2.8, 5.2 -> 2.0, 2.5 -> 1.8x a
-    # copy; float64 rows of 32 and 100: 3.4 -> 2.8, 2.4 -> 1.4x.  Rows of 8
-    # values were faster the short_slices way (8.2 against 10.8x), float64
-    # rows of 256 (2 KiB) their own way (1.2 against 1.7x).
-    SHORT_ROW_MIN = 16
+    # copy; float64 rows of 32 and 100: 3.4 -> 2.8, 2.4 -> 1.4x.  float64
+    # rows of 256 (2 KiB) were faster their own way (1.2 against 1.7x).
+    # Rows of 8 to 15 values went the short_slices way until float32 rows
+    # took one look (rows_moments); against it, layer_norm with gain and
+    # bias, 1 thread: float32 rows of 8 13.1 -> 10.8x, 12: 10.2 -> 9.0x,
+    # 15: 9.5 -> 8.0x; float64 rows of 8 5.0 -> 4.7x, 12: 3.9 -> 3.3x;
+    # float16 rows of 8 48 -> 37x; 2 threads: float32 rows of 8 7.3 -> 6.1x.
+    SHORT_ROW_MIN = 8
     SHORT_ROW_BYTES = 1024
+    # Slices of several runs (channels of NCHW images) count as short runs
+    # (short_runs_moments) from this many values per run.
+    SHORT_RUN_MIN = 16
     # Other slices of one run of at most this many values (rows shorter than
     # SHORT_ROW_MIN, strided runs) take their statistics FN_W at a time, one
     # per vector lane, the values copied side by side (short_slices).
@@ -1205,7 +1212,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     for a in range(L.n_red - 1):
         p.n_runs *= L.red[a].size
     p.n_chunks = (p.run_len + CHUNK - 1) // CHUNK
-    p.short_runs = (p.n_runs > 1 and mode != MODE_GIVEN and p.run_len >= SHORT_ROW_MIN
+    p.short_runs = (p.n_runs > 1 and mode != MODE_GIVEN and p.run_len >= SHORT_RUN_MIN
                     and p.run_len * sizeof(in_t) <= SHORT_ROW_BYTES
                     and L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t))
     p.blocks = NULL
