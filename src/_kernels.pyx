@@ -53,6 +53,9 @@ cdef enum:
     # bias, 1 thread: float32 rows of 8 13.1 -> 10.8x, 12: 10.2 -> 9.0x,
     # 15: 9.5 -> 8.0x; float64 rows of 8 5.0 -> 4.7x, 12: 3.9 -> 3.3x;
     # float16 rows of 8 48 -> 37x; 2 threads: float32 rows of 8 7.3 -> 6.1x.
+    # Their float32 output then went one pass too (a vector may cross two
+    # row ends: fn_normalize_rows_f32): rows of 8 11.3 -> 5.5x, 12: 8.9 ->
+    # 4.5x.
     SHORT_ROW_MIN = 8
     SHORT_ROW_BYTES = 1024
     # Slices of several runs (channels of NCHW images) count as short runs
@@ -459,7 +462,7 @@ cdef void plan_f32(SlicePlan* p) noexcept nogil:
     if ok:
         p.b32 = float_param(L, OP_B, p.run_len, &ok)
     p.f32 = ok
-    if not (ok and L.n_kept == 1 and L.n_red == 1 and FN_WF <= p.run_len
+    if not (ok and L.n_kept == 1 and L.n_red == 1 and FN_WF <= 2 * p.run_len
             and row_bytes <= SHORT_ROW_BYTES
             and L.kept[0].stride[OP_X] == row_bytes and L.kept[0].stride[OP_Y] == row_bytes
             and same_for_all(L, OP_G) and same_for_all(L, OP_B)):

@@ -103,6 +103,26 @@ def test_short_rows_every_level_and_thread_count(simd_level, n, dtype):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("n", list(range(8, 16)))
+@pytest.mark.parametrize("shift", [0, 1, 3, 7])
+def test_short_rows_shorter_than_a_vector(n, shift):
+    # float32 rows of 8 to 15 values: a 16-lane vector of the output pass
+    # may hold parts of three rows, each lane with its own row's
+    # coefficients; y starts `shift` floats past an aligned address, so the
+    # vectors fall across the rows at every offset.
+    rng = np.random.default_rng(n * 10 + shift)
+    x = (3 + rng.standard_normal((301, n)) * rng.uniform(0.1, 10.0, (301, 1))).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
+    flat = np.empty(301 * n + 32, np.float32)
+    start = (-flat.ctypes.data // 4) % 16 + shift
+    y = flat[start:start + 301 * n].reshape(301, n)
+    fastnorm.layer_norm(x, gamma, beta, eps=EPS, out=y)
+    _check_layer_norm(x, gamma, beta, y)
+    fastnorm.rms_norm(x, gamma, eps=EPS, out=y)
+    ref, _ = ref_rms_norm(x, (1,), gamma, eps=EPS)
+    assert_close(y, ref, _tol(ref, np.float32, 4.0), "rms_norm y")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_short_rows_output_apart_from_the_rows(dtype):
     # y not where the rows end (a strided view, a misaligned start): still
