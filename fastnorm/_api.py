@@ -7,6 +7,7 @@ import numpy as np
 from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps, check_out,
                     check_training, keepdims_shape, param, result_dtypes, running_stat,
                     split_out)
+from ._quick import last_axis
 from ._run import deliver, kernel_stats, normalize
 from ._route import any_dask, via_dask
 
@@ -134,6 +135,10 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     array([[-1.2247,  0.    ,  1.2247],
            [-0.7071, -0.7071,  1.4142]])
     """
+    if out is None and dtype is None and not return_stats:
+        y = last_axis(x, axis, "center", eps, gamma, beta)
+        if y is not None:
+            return y
     if any_dask(x, gamma, beta):
         return via_dask(layer_norm, locals())
     x = as_input(x)
@@ -183,6 +188,10 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
     array([0.8485, 1.1314])
     """
+    if out is None and dtype is None and not return_stats:
+        y = last_axis(x, axis, "rms", eps, gamma, None)
+        if y is not None:
+            return y
     if any_dask(x, gamma):
         return via_dask(rms_norm, locals())
     x = as_input(x)

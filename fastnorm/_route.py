@@ -26,6 +26,9 @@ def any_dask(*args):
 
 def via_dask(func, arguments):
     """Run the Dask version of public function `func` with `arguments`, the
-    call's arguments by name (the function's ``locals()`` on entry)."""
+    call's arguments by name (the function's ``locals()``: names that are
+    not parameters of `func` are left out)."""
     from . import _dask
-    return getattr(_dask, func.__name__)(**arguments)
+    code = func.__code__
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    return getattr(_dask, func.__name__)(**{k: arguments[k] for k in names})

@@ -143,6 +143,8 @@ cdef enum:
     PARALLEL_MIN = 1 << 16
 
 MODES = {"stats": MODE_STATS, "center": MODE_CENTER, "rms": MODE_RMS, "given": MODE_GIVEN}
+# Calls of fewer elements run on one thread whatever they are given.
+parallel_min = PARALLEL_MIN
 
 cdef struct Coef:
     # How one slice (or column) is normalized:

@@ -1,0 +1,65 @@
+"""The commonest call, recognized in a few checks.
+
+layer_norm and rms_norm of a float array over its last axis, returning y
+alone in a fresh array, with float vectors (or nothing) for gain and bias,
+is most of what a model does with them, often on small arrays.  The general
+path (``_args`` and ``_run``) spends microseconds on what this call cannot
+need: Dask, axis tuples, ``out=`` and dtype rules, the columns view, the
+statistics arrays.  Here the same kernel call is made after only the checks
+that this one case needs; anything else returns None and takes the general
+path, which also raises the errors.  layer_norm of (32, 768) float32 with
+float32 gain and bias: 15.2 -> 12.2 us a call (the kernel alone 7.8 us; most
+of the rest is converting gain and bias to float64).
+"""
+import numpy as np
+
+from . import _dispatch
+from ._config import team_size
+
+_FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
+_F64 = np.dtype(np.float64)
+_LARGEST = float(np.finfo(np.float64).max)
+# reduced mask (the kernel's per-axis flags) by number of dimensions
+_LAST_AXIS = {n: (False,) * (n - 1) + (True,) for n in range(1, 65)}
+
+
+def last_axis(x, axis, mode, eps, gamma, beta):
+    """y for a call of `mode` ('center' or 'rms') over the last axis, or
+    None when an argument needs the general path.
+
+    Taken when: x is an aligned float16/32/64 ndarray with values; axis is
+    the int -1 or x.ndim - 1; eps a float in [0, inf); gamma and beta each
+    None or a float16/32/64 ndarray of shape (x.shape[-1],).  The caller
+    has checked out=None, dtype=None and no statistics wanted.
+    """
+    if type(x) is not np.ndarray or type(axis) is not int or type(eps) is not float:
+        return None
+    ndim = x.ndim
+    if not (ndim and (axis == -1 or axis == ndim - 1) and x.size
+            and x.dtype in _FLOATS and x.flags.aligned and 0.0 <= eps <= _LARGEST):
+        return None
+    shape = (1,) * (ndim - 1) + x.shape[-1:]
+    gamma = _vector(gamma, shape)
+    beta = _vector(beta, shape)
+    if gamma is False or beta is False:
+        return None
+    y = np.empty_like(x)
+    k = _dispatch.kernels
+    # Below the kernels' parallel size they run on one thread anyway, and
+    # asking OpenMP for the team size costs a third of a microsecond.
+    threads = team_size() if x.size >= k.parallel_min else 1
+    k.normalize(x, y, gamma, beta, None, None, None, _LAST_AXIS[ndim], k.MODES[mode], eps,
+                threads)
+    return y
+
+
+def _vector(p, shape):
+    """A parameter as the kernel takes it (float64, keepdims layout), None
+    for none, False when it is not a float vector of the normalized size."""
+    if p is None:
+        return None
+    if type(p) is not np.ndarray or p.shape != shape[-1:] or p.dtype not in _FLOATS:
+        return False
+    if p.dtype != _F64 or not p.flags.aligned:
+        p = p.astype(_F64)
+    return p.reshape(shape) if len(shape) > 1 else p

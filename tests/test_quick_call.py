@@ -1,0 +1,199 @@
+"""The quick call: layer_norm and rms_norm over the last axis, y alone.
+
+``fastnorm._quick.last_axis`` makes the kernel call of the commonest call
+after a few checks, skipping the general argument layer.  It must give the
+same bits as the general path (reached here with ``axis=(ndim - 1,)``, a
+tuple, which the quick path never takes), values that match the plain
+float64 reference, and hand every other call to the general path: None,
+whatever the argument that disqualifies it, so that the general path's
+conversions and errors apply.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import fastnorm
+from fastnorm import _dispatch, _quick
+from reference import OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_layer_norm, ref_rms_norm
+
+FLOATS = [np.float16, np.float32, np.float64]
+
+
+@st.composite
+def quick_calls(draw):
+    """x of 1 to 4 dimensions in any layout, gain and bias of any float
+    dtype or none, an eps."""
+    ndim = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim - 1, max_size=ndim - 1)))
+    shape += (draw(st.integers(1, 300)),)
+    dtype = draw(st.sampled_from(FLOATS))
+    layout = draw(st.sampled_from(["C", "F", "reversed", "every other"]))
+    offset = draw(st.sampled_from([0.0, 3.0, 1e3]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    base = rng.standard_normal(shape) * rng.uniform(0.1, 10) + offset
+    if layout == "F":
+        x = np.asfortranarray(base.astype(dtype))
+    elif layout == "reversed":
+        x = base.astype(dtype)[..., ::-1]
+    elif layout == "every other":
+        x = np.repeat(base.astype(dtype), 2, axis=-1)[..., ::2]
+    else:
+        x = base.astype(dtype)
+    n = shape[-1]
+    params = []
+    for role in ("gamma", "beta"):
+        p_dtype = draw(st.sampled_from([None] + FLOATS))
+        params.append(None if p_dtype is None else
+                      (rng.uniform(0.5, 2.0, n) if role == "gamma" else rng.standard_normal(n))
+                      .astype(p_dtype))
+    eps = draw(st.sampled_from([1e-5, 0.0, 0.5]))
+    axis = draw(st.sampled_from([-1, ndim - 1]))
+    return x, axis, params[0], params[1], eps
+
+
+def _ref_gamma(p):
+    return None if p is None else p.astype(np.float64)
+
+
+@given(quick_calls())
+def test_quick_layer_norm_is_the_general_path(call):
+    x, axis, gamma, beta, eps = call
+    before = [fingerprint(a) for a in (x, gamma, beta)]
+    y = _quick.last_axis(x, axis, "center", eps, gamma, beta)
+    assert y is not None, "the quick path refused a call it is meant for"
+    assert y.dtype == x.dtype and y.shape == x.shape
+    general = fastnorm.layer_norm(x, gamma, beta, axis=(x.ndim - 1,), eps=eps)
+    assert_bitwise(y, general, "quick y against the general path")
+    assert_bitwise(fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps), y, "layer_norm")
+    ref = ref_layer_norm(x, (x.ndim - 1,), _ref_gamma(gamma), _ref_gamma(beta), eps=eps)[0]
+    assert_close(y, ref, OUT_TOL[x.dtype] * (1.0 + np.abs(ref)) * 4, "y")
+    assert [fingerprint(a) for a in (x, gamma, beta)] == before, "an input changed"
+
+
+@given(quick_calls())
+def test_quick_rms_norm_is_the_general_path(call):
+    x, axis, gamma, _, eps = call
+    before = [fingerprint(a) for a in (x, gamma)]
+    y = _quick.last_axis(x, axis, "rms", eps, gamma, None)
+    assert y is not None, "the quick path refused a call it is meant for"
+    general = fastnorm.rms_norm(x, gamma, axis=(x.ndim - 1,), eps=eps)
+    assert_bitwise(y, general, "quick y against the general path")
+    assert_bitwise(fastnorm.rms_norm(x, gamma, axis=axis, eps=eps), y, "rms_norm")
+    ref = ref_rms_norm(x, (x.ndim - 1,), _ref_gamma(gamma), eps=eps)[0]
+    assert_close(y, ref, OUT_TOL[x.dtype] * (1.0 + np.abs(ref)) * 4, "y")
+    assert [fingerprint(a) for a in (x, gamma)] == before, "an input changed"
+
+
+def test_quick_path_on_every_simd_level(simd_level):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((32, 768)) + 50).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 2, 768).astype(np.float32), rng.standard_normal(768)
+    y = _quick.last_axis(x, -1, "center", 1e-5, gamma, beta)
+    assert_bitwise(y, fastnorm.layer_norm(x, gamma, beta, axis=(1,)), "y")
+    ref = ref_layer_norm(x, (1,), gamma.astype(np.float64), beta)[0]
+    assert_close(y, ref, 1e-5 * (1.0 + np.abs(ref)) * 4, "y")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_quick_path_large_enough_for_threads(threads):
+    # At or above the kernels' parallel size the quick path asks for the
+    # team; results do not depend on it.
+    rows = _dispatch.kernels.parallel_min // 256 + 3
+    x = np.random.default_rng(6).standard_normal((rows, 256)).astype(np.float32) + 7
+    fastnorm.set_num_threads(threads)
+    y = _quick.last_axis(x, -1, "center", 1e-5, None, None)
+    fastnorm.set_num_threads(1)
+    assert_bitwise(y, fastnorm.layer_norm(x, axis=(1,)), "y")
+    assert_close(y, ref_layer_norm(x, (1,))[0], 4e-5, "y")
+
+
+X = np.random.default_rng(7).standard_normal((4, 10)).astype(np.float32)
+G = np.linspace(0.5, 1.5, 10)
+# X's values one byte past an aligned address.
+MISALIGNED = np.frombuffer(b"\0" + X.tobytes(), np.float32, count=X.size, offset=1).reshape(4, 10)
+
+# Calls the quick path must leave to the general path: (what, x, axis, eps,
+# gamma, beta).  Each is then run through layer_norm and rms_norm.
+GENERAL = [
+    ("a list for x", X.tolist(), -1, 1e-5, None, None),
+    ("integer x", np.arange(40).reshape(4, 10), -1, 1e-5, None, None),
+    ("a 0-d x", np.float64(3.0), -1, 1e-5, None, None),
+    ("an empty x", np.zeros((4, 0), np.float32), -1, 1e-5, None, None),
+    ("an ndarray subclass", np.ma.masked_array(X), -1, 1e-5, None, None),
+    ("byte-swapped x", X.astype(">f4"), -1, 1e-5, None, None),
+    ("misaligned x", MISALIGNED, -1, 1e-5, None, None),
+    ("another axis", X, 0, 1e-5, None, None),
+    ("a NumPy integer axis", X, np.int64(-1), 1e-5, None, None),
+    ("a tuple axis", X, (1,), 1e-5, None, None),
+    ("axis None", X, None, 1e-5, None, None),
+    ("an integer eps", X, -1, 0, None, None),
+    ("a NumPy float eps", X, -1, np.float64(1e-5), None, None),
+    ("a list gamma", X, -1, 1e-5, G.tolist(), None),
+    ("an integer gamma", X, -1, 1e-5, np.arange(1, 11), None),
+    ("a keepdims gamma", X, -1, 1e-5, G.reshape(1, 10), None),
+    ("a gamma of shape (1, 1)", X, -1, 1e-5, np.full((1, 1), 2.0), None),
+]
+
+# ...and calls the general path refuses: the same error either way.
+ERRORS = [
+    ("a negative eps", X, -1, -1.0, None, None, ValueError),
+    ("a NaN eps", X, -1, float("nan"), None, None, ValueError),
+    ("an infinite eps", X, -1, float("inf"), None, None, ValueError),
+    ("gamma of the wrong size", X, -1, 1e-5, np.ones(9), None, ValueError),
+    ("beta of the wrong size", X, -1, 1e-5, None, np.ones(11, np.float32), ValueError),
+    ("a gamma per slice", X, -1, 1e-5, np.ones((4, 1)), None, ValueError),
+    ("a complex gamma", X, -1, 1e-5, np.ones(10, complex), None, TypeError),
+    ("an axis out of range", X, 2, 1e-5, None, None, np.exceptions.AxisError),
+    ("a string x", np.array(["a", "b"]), -1, 1e-5, None, None, TypeError),
+]
+
+
+@pytest.mark.parametrize("what, x, axis, eps, gamma, beta", GENERAL, ids=[c[0] for c in GENERAL])
+def test_other_calls_take_the_general_path(what, x, axis, eps, gamma, beta):
+    assert _quick.last_axis(x, axis, "center", eps, gamma, beta) is None
+    assert _quick.last_axis(x, axis, "rms", eps, gamma, None) is None
+    xa = np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind in "iu" else np.asarray(x)
+    if xa.size == 0:
+        with pytest.warns(RuntimeWarning):
+            y = fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
+        assert y.shape == xa.shape
+        return
+    if xa.ndim == 0:
+        with pytest.raises(np.exceptions.AxisError):
+            fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
+        return
+    axes = tuple(range(xa.ndim)) if axis is None else np.atleast_1d(axis) % xa.ndim
+    axes = tuple(int(a) for a in axes)
+    g = None if gamma is None else np.asarray(gamma, dtype=np.float64)
+    if g is not None and g.ndim == 1:
+        g = g.reshape(tuple(xa.shape[a] if a in axes else 1 for a in range(xa.ndim)))
+    y = fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
+    ref = ref_layer_norm(xa, axes, g, None, eps=float(eps))[0]
+    assert_close(y, ref, OUT_TOL[np.dtype(y.dtype)] * (1.0 + np.abs(ref)) * 4, "layer_norm")
+    y = fastnorm.rms_norm(x, gamma, axis=axis, eps=eps)
+    ref = ref_rms_norm(xa, axes, g, eps=float(eps))[0]
+    assert_close(y, ref, OUT_TOL[np.dtype(y.dtype)] * (1.0 + np.abs(ref)) * 4, "rms_norm")
+
+
+@pytest.mark.parametrize("what, x, axis, eps, gamma, beta, error", ERRORS,
+                         ids=[c[0] for c in ERRORS])
+def test_bad_calls_get_the_general_errors(what, x, axis, eps, gamma, beta, error):
+    assert _quick.last_axis(x, axis, "center", eps, gamma, beta) is None
+    with pytest.raises(error):
+        fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
+    if beta is None:
+        with pytest.raises(error):
+            fastnorm.rms_norm(x, gamma, axis=axis, eps=eps)
+
+
+def test_quick_path_does_not_take_out_dtype_or_stats():
+    # layer_norm and rms_norm ask the quick path only for y alone, fresh,
+    # in x's dtype: these calls must still do what they say.
+    y = np.full_like(X, np.nan)
+    assert fastnorm.layer_norm(X, out=y) is y
+    assert_close(y, ref_layer_norm(X, (1,))[0], 4e-5, "out=")
+    assert fastnorm.layer_norm(X, dtype=np.float64).dtype == np.float64
+    y, mean, rstd = fastnorm.layer_norm(X, return_stats=True)
+    assert mean.shape == (4, 1) and rstd.shape == (4, 1)
+    y, rstd = fastnorm.rms_norm(X, return_stats=True)
+    assert rstd.shape == (4, 1)
