@@ -1394,15 +1394,23 @@ cdef inline void prefetch_segment(const char* p, Py_ssize_t nbytes) noexcept nog
 
 
 cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcept nogil:
+    """Each column's pivot (float64; 0 for float16/float32) and, for
+    float16/float32, the centre of its shifted sums (strip_welford): the
+    column's first value (0 if not finite), kept in t.shift until
+    column_finish writes the shifts there."""
     cdef Tile t
     cdef Odometer row
     cdef Py_ssize_t c, sx = p.L.kept[p.L.n_kept - 1].stride[OP_X]
     cdef const char* xp
+    cdef double first
     tile_of(p, group, &t)
     odo_init(&row, p.L.red, p.L.n_red, 0)
     xp = col_ptr(p, &t, &row, OP_X)
     for c in range(t.width):
-        t.pivot[c] = pick_pivot(sload(xp + c * sx, ki), ki)
+        first = sload(xp + c * sx, ki)
+        t.pivot[c] = pick_pivot(first, ki)
+        if in_t is not double:
+            t.shift[c] = first if first - first == 0.0 else 0.0
 
 
 cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t nrows,
@@ -1411,11 +1419,17 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_s
     """Welford over nrows rows (rs bytes apart) of FN_NVC vectors of columns,
     continuing from k0 rows already in mean/m2.  The accumulators live in
     registers for the whole sweep, so each value costs its load and four
-    vector operations.  Each row also moves the prefetch cursor on."""
+    vector operations.  Each row also moves the prefetch cursor on.
+
+    float16/float32 columns take shifted sums instead (see the top of
+    _moments.pxd), about `pivot`, their centres: mean/m2 hold the sums of
+    x - centre and of its squares until block_moments_of_sums.  A Welford
+    update waits for the last one (four dependent operations a row); a sum
+    waits for one addition."""
     cdef fn_vd mu[FN_NVC]
     cdef fn_vd q[FN_NVC]
     cdef fn_vd piv[FN_NVC]
-    cdef fn_vd r
+    cdef fn_vd r, d
     cdef const char* row
     cdef Py_ssize_t k
     cdef Ahead a = ahead[0]       # a local: its fields stay in registers
@@ -1427,6 +1441,12 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_s
     for k in range(nrows):
         row = x + k * rs
         ahead_step(&a)
+        if in_t is not double:
+            for v in range(FN_NVC):
+                d = fn_sub(vload(row + v * FN_W * sx, sx, ki), piv[v])
+                mu[v] = fn_add(mu[v], d)
+                q[v] = fn_fma(d, d, q[v])
+            continue
         r = fn_set1(1.0 / <double>(k0 + k + 1))
         for v in range(FN_NVC):
             welford_step(shifted(vload(row + v * FN_W * sx, sx, ki), piv[v], ki), r,
@@ -1441,11 +1461,16 @@ cdef inline void vector_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_
                                 Py_ssize_t k0, const double* pivot, double* mean, double* m2,
                                 in_t* ki) noexcept nogil:
     """The same for one vector of columns (what the strips leave)."""
-    cdef fn_vd mu = fn_load_f64(mean), q = fn_load_f64(m2), piv = fn_load_f64(pivot)
+    cdef fn_vd mu = fn_load_f64(mean), q = fn_load_f64(m2), piv = fn_load_f64(pivot), d
     cdef Py_ssize_t k
     for k in range(nrows):
-        welford_step(shifted(vload(x + k * rs, sx, ki), piv, ki),
-                     fn_set1(1.0 / <double>(k0 + k + 1)), &mu, &q)
+        if in_t is not double:
+            d = fn_sub(vload(x + k * rs, sx, ki), piv)
+            mu = fn_add(mu, d)
+            q = fn_fma(d, d, q)
+        else:
+            welford_step(shifted(vload(x + k * rs, sx, ki), piv, ki),
+                         fn_set1(1.0 / <double>(k0 + k + 1)), &mu, &q)
     fn_store_f64(mean, mu)
     fn_store_f64(m2, q)
 
@@ -1463,35 +1488,57 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
     cdef Py_ssize_t strip = FN_NVC * FN_W
     cdef Ahead ahead
     cdef double y, d, rk
+    # float16/float32: sums about each column's centre (strip_welford).
+    cdef const double* pivot = t.shift if in_t is not double else t.pivot
     ahead_init(&ahead, x + nrows * rs, t.width * sx, rs,
                next_rows if sx == sizeof(in_t) and nrows >= next_rows else 0,
                t.width // strip)
     while c + strip <= t.width:
         if sx == sizeof(in_t):
-            strip_welford(x + c * sx, rs, sizeof(in_t), nrows, k0, t.pivot + c,
+            strip_welford(x + c * sx, rs, sizeof(in_t), nrows, k0, pivot + c,
                           mean + c, m2 + c, &ahead, ki)
         else:
-            strip_welford(x + c * sx, rs, sx, nrows, k0, t.pivot + c,
+            strip_welford(x + c * sx, rs, sx, nrows, k0, pivot + c,
                           mean + c, m2 + c, &ahead, ki)
         c = c + strip
     while c + FN_W <= t.width:
-        vector_welford(x + c * sx, rs, sx, nrows, k0, t.pivot + c, mean + c, m2 + c, ki)
+        vector_welford(x + c * sx, rs, sx, nrows, k0, pivot + c, mean + c, m2 + c, ki)
         c = c + FN_W
     while c < t.width:
         for k in range(nrows):
+            y = sload(x + k * rs + c * sx, ki) - pivot[c]
+            if in_t is not double:
+                mean[c] = mean[c] + y
+                m2[c] = m2[c] + y * y
+                continue
             rk = 1.0 / <double>(k0 + k + 1)
-            y = sload(x + k * rs + c * sx, ki) - t.pivot[c]
             d = y - mean[c]
             mean[c] = mean[c] + d * rk
             m2[c] = m2[c] + d * (y - mean[c])
         c = c + 1
 
 
+cdef inline void block_moments_of_sums(const Tile* t, Py_ssize_t nr, double* mean,
+                                       double* m2) noexcept nogil:
+    """A float16/float32 block's shifted sums (about t.shift, the centres)
+    made the mean and M2 of its nr rows, column by column: mean = centre +
+    S1 / n, M2 = S2 - S1**2 / n (negative only by rounding; NaN stays)."""
+    cdef Py_ssize_t c
+    cdef double n = <double>nr, s1
+    for c in range(t.width):
+        s1 = mean[c]
+        mean[c] = t.shift[c] + s1 / n
+        m2[c] = m2[c] - s1 * (s1 / n)
+        if m2[c] < 0.0:
+            m2[c] = 0.0
+
+
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
-    """Welford over the rows of one block, for every column of one tile, in
-    pieces of at most p.rows_per_sweep rows (see column_rows_stats).  With one
-    reduced axis the rows are equally spaced and each piece prefetches the
-    next; otherwise each row is its own piece."""
+    """The mean and M2 of the rows of one block, for every column of one
+    tile (Welford; shifted sums for float16/float32), in pieces of at most
+    p.rows_per_sweep rows (see column_rows_stats).  With one reduced axis
+    the rows are equally spaced and each piece prefetches the next;
+    otherwise each row is its own piece."""
     cdef Tile t
     cdef Odometer row, ahead_row
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
@@ -1515,15 +1562,18 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
             ahead = min(p.rows_per_sweep, p.n_rows - (r0 + k + n))
             column_rows_stats(p, &t, xp + k * rs, rs, n, k, ahead, mean, m2, ki)
             k = k + n
-        return
-    odo_init(&ahead_row, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
-    for k in range(nr):
-        if p.prefetch:
-            prefetch_segment(col_ptr(p, &t, &ahead_row, OP_X),
-                             t.width * p.L.kept[p.L.n_kept - 1].stride[OP_X])
-            odo_next(&ahead_row, p.L.red, p.L.n_red)
-        column_rows_stats(p, &t, col_ptr(p, &t, &row, OP_X), 0, 1, k, 0, mean, m2, ki)
-        odo_next(&row, p.L.red, p.L.n_red)
+    else:
+        odo_init(&ahead_row, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
+        for k in range(nr):
+            if p.prefetch:
+                prefetch_segment(col_ptr(p, &t, &ahead_row, OP_X),
+                                 t.width * p.L.kept[p.L.n_kept - 1].stride[OP_X])
+                odo_next(&ahead_row, p.L.red, p.L.n_red)
+            column_rows_stats(p, &t, col_ptr(p, &t, &row, OP_X), 0, 1, k, 0, mean, m2, ki)
+            odo_next(&row, p.L.red, p.L.n_red)
+    if in_t is not double:
+        block_moments_of_sums(&t, nr, mean, m2)
+
 
 
 cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:

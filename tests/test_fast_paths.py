@@ -219,6 +219,35 @@ def test_columns_strip_statistics_widths_and_sweeps(dtype, width, simd_level):
     assert_close(var, rv.reshape(-1), tol.reshape(-1), f"var {dtype} {width}")
 
 
+@pytest.mark.parametrize("dtype", [np.float16, F32])
+@pytest.mark.parametrize("width", [1, 9, 33, 71, 2100])
+@pytest.mark.parametrize("case", ["offset", "drift", "outlier first"])
+def test_columns_strip_sums_about_each_columns_first_value(dtype, width, case):
+    # float16/float32 strips take sums of x - c and of its squares, c the
+    # column's first value, block by block (several blocks of rows here),
+    # then M2 = S2 - S1**2 / n.  Whatever c is (an outlier, far from later
+    # blocks' values) the difference may only cost bits float64 has to
+    # spare: compared at the data's own rounding with the reference.
+    rng = np.random.default_rng(width)
+    rows = 3000
+    big = 1e6 if dtype == F32 else 1e3
+    x = big + rng.standard_normal((rows, width))
+    if case == "drift":
+        x += np.linspace(0.0, 30.0, rows)[:, None]
+    elif case == "outlier first":
+        x[0] += 1e3 if dtype == F32 else 50.0
+    x = x.astype(dtype)
+    mean, var = fastnorm.mean_var(x, axis=0)
+    rm, rv, spread = ref_mean_var(x, (0,))
+    rounding = np.finfo(dtype).eps
+    assert_close(mean, rm.reshape(-1), (rounding * np.abs(rm)).reshape(-1), f"mean {case}")
+    assert_close(var, rv.reshape(-1), (2 * rounding * rv).reshape(-1), f"var {case}")
+    if dtype == F32:
+        y = fastnorm.layer_norm(x, axis=0)
+        ref = ref_layer_norm(x, (0,))[0]
+        assert_close(y, ref, _bar(ref), f"layer_norm {case}")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_columns_strip_statistics_strided_columns(threads):
     # Columns not contiguous (every other one): strips gather, no prefetch.
