@@ -16,6 +16,7 @@
 
 from cython.parallel cimport parallel, prange
 from libc.stdlib cimport calloc, malloc, free
+from libc.string cimport memcpy
 from libc.math cimport sqrt, fabs, NAN
 cimport numpy as cnp
 
@@ -41,6 +42,11 @@ cdef enum:
     # Values per Welford block along a run: one block is one work item when a
     # few long slices are split across threads.
     CHUNK = 4096
+    # Rows per segment of the shifted sums of float16/float32 columns: a
+    # segment's rounding may grow with its length squared (2 n**2 eps of
+    # the column's M2 at worst: 3.7e-9 here), so sums go into moments this
+    # often.
+    SUM_ROWS = 4096
     # Slices of one contiguous run of SHORT_ROW_MIN values up to
     # SHORT_ROW_BYTES take the short_rows way: statistics a group of slices
     # at a time, one vector lane per slice, output of rows that follow each
@@ -1337,7 +1343,10 @@ cdef struct ColumnPlan:
     Py_ssize_t rows_per_out   # output items: whole rows of an outer index
     Py_ssize_t n_out_blocks   #   in blocks, every tile of a row in turn
     bint prefetch             # rows are apart in memory: prefetch them
-    double* state             # per item: mean, m2 (STATE_STRIDE doubles)
+    double* state             # per item: mean, m2 (STATE_STRIDE doubles; twice
+                              # that for float16/float32 blocks of more than
+                              # SUM_ROWS rows: the segments' moments so far)
+    Py_ssize_t state_stride   # doubles per item
     double* coef              # per group: pivot, shift, scale (COEF_STRIDE doubles)
     bint f32                  # float32 data and output, columns contiguous:
                               # the normalization pass runs in float32...
@@ -1423,7 +1432,7 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_s
 
     float16/float32 columns take shifted sums instead (see the top of
     _moments.pxd), about `pivot`, their centres: mean/m2 hold the sums of
-    x - centre and of its squares until block_moments_of_sums.  A Welford
+    x - centre and of its squares until fold_sums.  A Welford
     update waits for the last one (four dependent operations a row); a sum
     waits for one addition."""
     cdef fn_vd mu[FN_NVC]
@@ -1518,19 +1527,33 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
         c = c + 1
 
 
-cdef inline void block_moments_of_sums(const Tile* t, Py_ssize_t nr, double* mean,
-                                       double* m2) noexcept nogil:
-    """A float16/float32 block's shifted sums (about t.shift, the centres)
-    made the mean and M2 of its nr rows, column by column: mean = centre +
-    S1 / n, M2 = S2 - S1**2 / n (negative only by rounding; NaN stays)."""
+cdef inline void fold_sums(const Tile* t, Py_ssize_t nb, Py_ssize_t na, double* s1,
+                           double* s2, double* mean, double* m2) noexcept nogil:
+    """nb rows of float16/float32 columns, given as shifted sums (s1 of x -
+    centre, s2 of its squares; t.shift holds the centres), as moments:
+    mean = centre + S1 / n, M2 = S2 - S1**2 / n (negative only by rounding,
+    NaN kept), folded into the moments of the na rows before them (Chan's
+    formula) or, with na = 0, written as they are (s1 and s2 may then be
+    mean and m2 themselves).  Separate sums are zeroed for the next rows."""
     cdef Py_ssize_t c
-    cdef double n = <double>nr, s1
+    cdef double n = <double>nb, f = <double>nb / <double>(na + nb), w = <double>na * f
+    cdef double a, q, d
     for c in range(t.width):
-        s1 = mean[c]
-        mean[c] = t.shift[c] + s1 / n
-        m2[c] = m2[c] - s1 * (s1 / n)
-        if m2[c] < 0.0:
-            m2[c] = 0.0
+        a = s1[c] / n
+        q = s2[c] - s1[c] * a
+        if q < 0.0:
+            q = 0.0
+        a = t.shift[c] + a
+        if na == 0:
+            mean[c] = a
+            m2[c] = q
+        else:
+            d = a - mean[c]
+            mean[c] = mean[c] + d * f
+            m2[c] = m2[c] + q + d * d * w
+        if s1 != mean:
+            s1[c] = 0.0
+            s2[c] = 0.0
 
 
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
@@ -1545,8 +1568,13 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
     cdef Py_ssize_t r0 = blk * p.rows_per_block
     cdef Py_ssize_t nr = min(p.rows_per_block, p.n_rows - r0), k, n, c, ahead
     cdef Py_ssize_t rs = p.L.red[p.L.n_red - 1].stride[OP_X]
-    cdef double* mean = p.state + item * STATE_STRIDE
+    cdef double* mean = p.state + item * p.state_stride
     cdef double* m2 = mean + COL_TILE + PAD
+    # float16/float32 blocks of more than SUM_ROWS rows: the moments of the
+    # segments of sums done so far.
+    cdef double* run_mean = mean + STATE_STRIDE
+    cdef double* run_m2 = run_mean + COL_TILE + PAD
+    cdef Py_ssize_t done = 0
     cdef const char* xp
     tile_of(p, group, &t)
     for c in range(t.width):
@@ -1558,6 +1586,10 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
         k = 0
         while k < nr:
             n = min(p.rows_per_sweep, nr - k)
+            if in_t is not double:
+                if k - done + n > SUM_ROWS:
+                    fold_sums(&t, k - done, done, mean, m2, run_mean, run_m2)
+                    done = k
             # The next piece: within this block, or the start of the next one.
             ahead = min(p.rows_per_sweep, p.n_rows - (r0 + k + n))
             column_rows_stats(p, &t, xp + k * rs, rs, n, k, ahead, mean, m2, ki)
@@ -1565,6 +1597,10 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
     else:
         odo_init(&ahead_row, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
         for k in range(nr):
+            if in_t is not double:
+                if k - done == SUM_ROWS:
+                    fold_sums(&t, k - done, done, mean, m2, run_mean, run_m2)
+                    done = k
             if p.prefetch:
                 prefetch_segment(col_ptr(p, &t, &ahead_row, OP_X),
                                  t.width * p.L.kept[p.L.n_kept - 1].stride[OP_X])
@@ -1572,7 +1608,12 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
             column_rows_stats(p, &t, col_ptr(p, &t, &row, OP_X), 0, 1, k, 0, mean, m2, ki)
             odo_next(&row, p.L.red, p.L.n_red)
     if in_t is not double:
-        block_moments_of_sums(&t, nr, mean, m2)
+        if done == 0:
+            fold_sums(&t, nr, 0, mean, m2, mean, m2)
+        else:
+            fold_sums(&t, nr - done, done, mean, m2, run_mean, run_m2)
+            memcpy(mean, run_mean, t.width * sizeof(double))
+            memcpy(m2, run_m2, t.width * sizeof(double))
 
 
 
@@ -1584,7 +1625,7 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
     cdef Py_ssize_t lo = (item % p.finish_pieces) * FINISH_COLS, hi
     cdef Tile t
     cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
-    cdef double* first = p.state + group * p.n_blocks * STATE_STRIDE
+    cdef double* first = p.state + group * p.n_blocks * p.state_stride
     cdef double* first_m2 = first + COL_TILE + PAD
     cdef double* mean
     cdef double* m2
@@ -1604,7 +1645,7 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
         return
     na = <double>min(p.rows_per_block, p.n_rows)
     for blk in range(1, p.n_blocks):
-        mean = first + blk * STATE_STRIDE
+        mean = first + blk * p.state_stride
         m2 = mean + COL_TILE + PAD
         nb = <double>min(p.rows_per_block, p.n_rows - blk * p.rows_per_block)
         f = nb / (na + nb)
@@ -1939,6 +1980,13 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.n_blocks = (p.n_rows + p.rows_per_block - 1) // p.rows_per_block
     p.rows_per_sweep = max(<Py_ssize_t>8,
                            SWEEP_BYTES // (min(<Py_ssize_t>COL_TILE, p.n_cols) * sizeof(in_t)))
+    p.state_stride = STATE_STRIDE
+    if in_t is not double:
+        # Shifted sums go into moments every SUM_ROWS rows at most, whole
+        # sweeps at a time (column_block_stats), into two more arrays.
+        p.rows_per_sweep = min(p.rows_per_sweep, <Py_ssize_t>SUM_ROWS)
+        if p.rows_per_block > SUM_ROWS:
+            p.state_stride = 2 * STATE_STRIDE
     n_items = p.n_groups * p.n_blocks
     p.finish_pieces = (min(<Py_ssize_t>COL_TILE, p.n_cols) + FINISH_COLS - 1) // FINISH_COLS
     n_finish = p.n_groups * p.finish_pieces
@@ -1978,7 +2026,7 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
             return -1
     p.coef = <double*>malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if p.state == NULL and mode != MODE_GIVEN:
-        p.state = <double*>malloc(n_items * STATE_STRIDE * sizeof(double))
+        p.state = <double*>malloc(n_items * p.state_stride * sizeof(double))
     if p.f32:
         p.coef32 = <float*>malloc(p.n_groups * COEF32_STRIDE * sizeof(float))
         p.ok32 = <char*>malloc(p.n_groups)

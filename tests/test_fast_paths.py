@@ -248,6 +248,36 @@ def test_columns_strip_sums_about_each_columns_first_value(dtype, width, case):
         assert_close(y, ref, _bar(ref), f"layer_norm {case}")
 
 
+@pytest.mark.parametrize("dtype", [np.float16, F32])
+@pytest.mark.parametrize("layout", ["rows follow", "rows apart"])
+def test_columns_strip_sums_in_segments(dtype, layout, simd_level):
+    # Row blocks of more than 4096 rows (here about 6250 and 4125): their
+    # sums go into moments every 4096 rows at most, folded with Chan's
+    # formula, whole sweeps at a time (rows that follow each other) or row
+    # by row (reduced axes that do not merge).  Drift along the rows and an
+    # outlying first row make every fold count.
+    rng = np.random.default_rng(11)
+    big = 1e5 if dtype == F32 else 1e2
+    if layout == "rows follow":
+        shape = (100_000, 40)
+    else:
+        shape = (66_000, 9)
+    base = big + rng.standard_normal(shape) + np.linspace(0.0, 20.0, shape[0])[:, None]
+    base[0] += 40.0
+    if layout == "rows follow":
+        x = base.astype(dtype)
+    else:
+        wide = np.zeros((1100, 60, 2, 9), dtype)
+        wide[:, :, 1, :] = base.reshape(1100, 60, 9)
+        x = wide[:, :, 1, :]
+    axes = (0,) if layout == "rows follow" else (0, 1)
+    mean, var = fastnorm.mean_var(x, axis=axes)
+    rm, rv, _ = ref_mean_var(x, axes)
+    rounding = np.finfo(dtype).eps
+    assert_close(mean, rm.reshape(-1), (rounding * np.abs(rm)).reshape(-1), "mean")
+    assert_close(var, rv.reshape(-1), (2 * rounding * rv).reshape(-1), "var")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_columns_strip_statistics_strided_columns(threads):
     # Columns not contiguous (every other one): strips gather, no prefetch.
