@@ -49,7 +49,7 @@ def last_axis(x, axis, mode, eps, gamma, beta):
     # asking OpenMP for the team size costs a third of a microsecond.
     threads = team_size() if x.size >= k.parallel_min else 1
     k.normalize(x, y, gamma, beta, None, None, None, _LAST_AXIS[ndim], k.MODES[mode], eps,
-                threads)
+                threads, True)
     return y
 
 

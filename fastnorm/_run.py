@@ -12,12 +12,14 @@ from ._config import team_size
 
 
 def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
-                 given=None, want_var=False, want_stats=True):
+                 given=None, want_var=False, want_stats=True, fresh=False):
     """Run the kernel once; return its per-slice float64 statistics in
     keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
     'center', (mean of squares, rstd) for 'rms', the given pair for 'given'.
     want_stats=False (with y, modes 'center' and 'rms'): the caller keeps y
-    alone, and the statistics may come back as None."""
+    alone, and the statistics may come back as None.  fresh: y was just
+    allocated (the kernels write fresh pages in the order they fault
+    cheapest)."""
     shape = keepdims_shape(x.shape, axes)
     regrouped = _regroup.plan(x, axes, mode, gamma, beta, y) if x.size else None
     if given is not None:
@@ -44,7 +46,7 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
         return s0, s1, s2
     k = _dispatch.kernels
     k.normalize(x, y, gamma, beta, s0, s1, s2, reduced_mask(axes, x.ndim),
-                k.MODES[mode], eps, team_size())
+                k.MODES[mode], eps, team_size(), fresh)
     return s0, s1, s2
 
 
@@ -80,7 +82,8 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
         if given is not None:
             given = tuple(detach(s, y) for s in given)
     stats = kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,
-                         given=given, want_var=want_var, want_stats=want_stats)
+                         given=given, want_var=want_var, want_stats=want_stats,
+                         fresh=y is not outs[0])
     if final is not None:
         np.copyto(final, y)
         y = final

@@ -227,53 +227,75 @@ cdef inline Coef given(const Layout* L, Py_ssize_t off) noexcept nogil:
 
 cdef inline void normalize_vector(const char* xp, char* yp, const Param* g, const Param* b,
                                   Py_ssize_t n, Coef c, bint stream, const char* ahead,
-                                  in_t* ki, out_t* ko) noexcept nogil:
+                                  bint down, in_t* ki, out_t* ko) noexcept nogil:
     """y = ((x - pivot) - shift) * scale * g + b along n contiguous values;
     with `stream`, aligned vectors of y bypass the cache.  `ahead` (or NULL)
     is the next run of x: prefetched as this one is written, so that reading
-    it overlaps the writes."""
+    it overlaps the writes.  `down`: from the last value to the first (a
+    fresh y, see fn_normalize_f32; `ahead` is then the run before)."""
     cdef const in_t* x = <const in_t*>xp
     cdef out_t* y = <out_t*>yp
     cdef const double* gp = g.p      # locals: see normalize_columns
     cdef const double* bp = b.p
     cdef Py_ssize_t ginc = g.inc, binc = b.inc
-    cdef Py_ssize_t i = 0, head = 0
+    cdef Py_ssize_t i, head = 0, body
     if stream:
         # Values up to the first vector-aligned address of y go the scalar way.
         head = (<size_t>y // sizeof(out_t)) % FN_W
         head = min(n, 0 if head == 0 else FN_W - head)
-    while i < head:
-        sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
-               * gp[i * ginc] + bp[i * binc], ko)
-        i = i + 1
+    body = head + (n - head) // FN_W * FN_W
+    if down:
+        for i in range(n - 1, body - 1, -1):
+            normalize_one(x, y, gp, ginc, bp, binc, i, c, ki, ko)
+    else:
+        for i in range(head):
+            normalize_one(x, y, gp, ginc, bp, binc, i, c, ki, ko)
     # One loop per kind of gain and bias (along the run, or one value
     # each), so that neither costs an index computation per vector.
     if ginc == 1 and binc == 1:
-        i = normalize_loop(x, y, gp, 1, bp, 1, i, n, c, stream, ahead, ki, ko)
+        normalize_loop(x, y, gp, 1, bp, 1, head, body, c, stream, ahead, down, ki, ko)
     elif ginc == 0 and binc == 0:
-        i = normalize_loop(x, y, gp, 0, bp, 0, i, n, c, stream, ahead, ki, ko)
+        normalize_loop(x, y, gp, 0, bp, 0, head, body, c, stream, ahead, down, ki, ko)
     else:
-        i = normalize_loop(x, y, gp, ginc, bp, binc, i, n, c, stream, ahead, ki, ko)
-    while i < n:
-        sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
-               * gp[i * ginc] + bp[i * binc], ko)
-        i = i + 1
+        normalize_loop(x, y, gp, ginc, bp, binc, head, body, c, stream, ahead, down, ki, ko)
+    if down:
+        for i in range(head - 1, -1, -1):
+            normalize_one(x, y, gp, ginc, bp, binc, i, c, ki, ko)
+    else:
+        for i in range(body, n):
+            normalize_one(x, y, gp, ginc, bp, binc, i, c, ki, ko)
 
 
-cdef inline Py_ssize_t normalize_loop(const in_t* x, out_t* y, const double* gp, Py_ssize_t ginc,
-                                      const double* bp, Py_ssize_t binc, Py_ssize_t i,
-                                      Py_ssize_t n, Coef c, bint stream, const char* ahead,
-                                      in_t* ki, out_t* ko) noexcept nogil:
-    """The vector body of normalize_vector from i; returns where it stopped.
-    Inlined with constant ginc and binc, it indexes the parameters directly."""
+cdef inline void normalize_one(const in_t* x, out_t* y, const double* gp, Py_ssize_t ginc,
+                               const double* bp, Py_ssize_t binc, Py_ssize_t i, Coef c,
+                               in_t* ki, out_t* ko) noexcept nogil:
+    sstore(<char*>(y + i), ((sload(<const char*>(x + i), ki) - c.pivot) - c.shift) * c.scale
+           * gp[i * ginc] + bp[i * binc], ko)
+
+
+cdef inline void normalize_loop(const in_t* x, out_t* y, const double* gp, Py_ssize_t ginc,
+                                const double* bp, Py_ssize_t binc, Py_ssize_t lo,
+                                Py_ssize_t hi, Coef c, bint stream, const char* ahead,
+                                bint down, in_t* ki, out_t* ko) noexcept nogil:
+    """The vector body of normalize_vector, values lo to hi (whole vectors),
+    upwards or `down`.  Inlined with constant ginc and binc, it indexes the
+    parameters directly."""
     cdef fn_vd piv = fn_set1(c.pivot), sh = fn_set1(c.shift), sc = fn_set1(c.scale), t
     # float16/float32 data: xhat = x * scale - (pivot + shift) * scale, one
     # FMA; the cancellation it has at a large mean costs bits of float64's
     # 53 that the data (24 at most) never had.
     cdef fn_vd minus_ms = fn_set1(-(c.pivot + c.shift) * c.scale)
-    while i + FN_W <= n:
-        if ahead != NULL and i % (64 // sizeof(in_t)) == 0:  # once a cache line
-            fn_prefetch(ahead + i * sizeof(in_t))
+    cdef Py_ssize_t i = hi - FN_W if down else lo, step = -FN_W if down else FN_W
+    while lo <= i and i + FN_W <= hi:
+        # The prefetch, once a cache line: downwards into L2, a line of each
+        # vector's span (a whole row ahead); upwards into L1, lines that
+        # start a vector.
+        if ahead != NULL:
+            if down:
+                if i % (64 // sizeof(in_t)) < FN_W:
+                    fn_prefetch_l2(ahead + i * sizeof(in_t))
+            elif i % (64 // sizeof(in_t)) == 0:
+                fn_prefetch(ahead + i * sizeof(in_t))
         if in_t is double:
             t = fn_mul(fn_sub(fn_sub(vload(<const char*>(x + i), sizeof(in_t), ki), piv), sh), sc)
         else:
@@ -283,8 +305,7 @@ cdef inline Py_ssize_t normalize_loop(const in_t* x, out_t* y, const double* gp,
             vstream(y + i, t)
         else:
             vstore(<char*>(y + i), sizeof(out_t), t, ko)
-        i = i + FN_W
-    return i
+        i = i + step
 
 
 cdef inline void normalize_scalar(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
@@ -300,14 +321,14 @@ cdef inline void normalize_scalar(const char* xp, Py_ssize_t sx, char* yp, Py_ss
 cdef inline void normalize_run(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
                                const char* gp, Py_ssize_t sg, const char* bp, Py_ssize_t sb,
                                Py_ssize_t n, Coef c, bint stream, const char* ahead,
-                               in_t* ki, out_t* ko) noexcept nogil:
+                               bint down, in_t* ki, out_t* ko) noexcept nogil:
     cdef Param g, b
     if (sx == sizeof(in_t) and sy == sizeof(out_t)
             and param_init(&g, gp, sg) and param_init(&b, bp, sb)):
         if stream:
-            normalize_vector(xp, yp, &g, &b, n, c, True, ahead, ki, ko)
+            normalize_vector(xp, yp, &g, &b, n, c, True, ahead, down, ki, ko)
         else:
-            normalize_vector(xp, yp, &g, &b, n, c, False, ahead, ki, ko)
+            normalize_vector(xp, yp, &g, &b, n, c, False, ahead, down, ki, ko)
     else:
         normalize_scalar(xp, sx, yp, sy, gp, sg, bp, sb, n, c, ki, ko)
 
@@ -362,7 +383,8 @@ cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const O
 
 
 cdef inline bint normalize_f32(const SlicePlan* p, const Odometer* s, const Odometer* r,
-                               Py_ssize_t start, Py_ssize_t n, Coef c) noexcept nogil:
+                               Py_ssize_t start, Py_ssize_t n, Coef c, bint down,
+                               const char* ahead) noexcept nogil:
     """normalize_block in float32 arithmetic (fn_normalize_f32); false, with
     nothing written, for a slice whose mean or scale float32 cannot hold
     with room to spare (then the float64 path takes it)."""
@@ -381,26 +403,31 @@ cdef inline bint normalize_f32(const SlicePlan* p, const Odometer* s, const Odom
         bv = <float>(<const double*>run_start(p, s, r, OP_B))[0]
     # Constant increments, so that each call is inlined with its own loop.
     if p.g32 != NULL and p.b32 != NULL:
-        fn_normalize_f32(x, y, g, 1, b, 1, n, m, sc, e, p.L.stream)
+        fn_normalize_f32(x, y, g, 1, b, 1, n, m, sc, e, p.L.stream, down, ahead)
     elif p.g32 == NULL and p.b32 == NULL:
-        fn_normalize_f32(x, y, g, 0, b, 0, n, m, sc, e, p.L.stream)
+        fn_normalize_f32(x, y, g, 0, b, 0, n, m, sc, e, p.L.stream, down, ahead)
     else:
-        fn_normalize_f32(x, y, g, p.g32 != NULL, b, p.b32 != NULL, n, m, sc, e, p.L.stream)
+        fn_normalize_f32(x, y, g, p.g32 != NULL, b, p.b32 != NULL, n, m, sc, e, p.L.stream,
+                         down, ahead)
     return True
 
 
 cdef inline void normalize_block(const SlicePlan* p, const Odometer* s, const Odometer* r,
                                  Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead,
-                                 in_t* ki, out_t* ko) noexcept nogil:
+                                 bint down, in_t* ki, out_t* ko) noexcept nogil:
+    """Values start to start + n of run r of slice s; `ahead` (or NULL) is
+    prefetched as they are written, `down` writes them last first."""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     if in_t is float and out_t is float:
-        if p.f32 and normalize_f32(p, s, r, start, n, c):
+        # Upwards the hardware prefetchers follow the float32 pass alone.
+        if p.f32 and normalize_f32(p, s, r, start, n, c, down,
+                                   ahead if down else NULL):
             return
     normalize_run(run_start(p, s, r, OP_X) + start * inner.stride[OP_X], inner.stride[OP_X],
                   <char*>run_start(p, s, r, OP_Y) + start * inner.stride[OP_Y], inner.stride[OP_Y],
                   run_start(p, s, r, OP_G) + start * inner.stride[OP_G], inner.stride[OP_G],
                   run_start(p, s, r, OP_B) + start * inner.stride[OP_B], inner.stride[OP_B],
-                  n, c, p.L.stream, ahead, ki, ko)
+                  n, c, p.L.stream, ahead, down, ki, ko)
 
 
 ctypedef fused table_t:
@@ -631,18 +658,22 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
 
 cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) noexcept nogil:
     """Statistics and normalization of slice si by one thread (the slice is
-    still in cache for the second pass when it fits)."""
+    still in cache for the second pass when it fits).  Into a fresh y
+    (L.descend) slices of one run go last first, and so are written: the
+    slice that comes next is then the one before."""
     cdef const Layout* L = p.L
     cdef Odometer s, r, s_next
     cdef Coef c
-    cdef Py_ssize_t ri, run_ahead = 0
+    cdef Py_ssize_t ri, run_ahead = 0, nxt
     cdef const char* ahead = NULL
+    cdef bint down = L.descend and p.n_runs == 1
     odo_init(&s, L.kept, L.n_kept, si)
     c = slice_coef(p, si, &s, ki)
     if not p.has_y:
         return
-    if si + 1 < L.n_slices:
-        odo_init(&s_next, L.kept, L.n_kept, si + 1)
+    nxt = si - 1 if down else si + 1
+    if 0 <= nxt < L.n_slices:
+        odo_init(&s_next, L.kept, L.n_kept, nxt)
         if p.n_runs > 1:
             # With the statistics given, this is the slice's one look.
             if p.mode == MODE_GIVEN:
@@ -650,12 +681,12 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
         elif L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t):
             ahead = L.base[OP_X] + s_next.off[OP_X]
         else:
-            prefetch_slice(p, si + 1)
+            prefetch_slice(p, nxt)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(p.n_runs):
         if run_ahead > 0:
             prefetch_run(p, &s_next, &r, run_ahead)
-        normalize_block(p, &s, &r, 0, p.run_len, c, ahead, ki, ko)
+        normalize_block(p, &s, &r, 0, p.run_len, c, ahead, down, ki, ko)
         odo_next(&r, L.red, L.n_red - 1)
 
 
@@ -866,7 +897,7 @@ cdef void slice_output(const SlicePlan* p, Py_ssize_t si, Coef c, in_t* ki,
     odo_init(&s, p.L.kept, p.L.n_kept, si)
     odo_init(&r, p.L.red, p.L.n_red - 1, 0)
     for ri in range(p.n_runs):
-        normalize_block(p, &s, &r, 0, p.run_len, c, NULL, ki, ko)
+        normalize_block(p, &s, &r, 0, p.run_len, c, NULL, False, ki, ko)
         odo_next(&r, p.L.red, p.L.n_red - 1)
 
 
@@ -989,7 +1020,7 @@ cdef void short_slices(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, i
             m.m2 = lane_m2[l]
             c = finish(m, piv[l], p.mode, p.eps, L, at[l].off[OP_S])
             if p.has_y:
-                normalize_block(p, &at[l], &r, 0, n, c, NULL, ki, ko)
+                normalize_block(p, &at[l], &r, 0, n, c, NULL, False, ki, ko)
         i = i + lanes
 
 
@@ -1168,7 +1199,7 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
             return
     odo_init(&s, L.kept, L.n_kept, first)
     for j in range(count):
-        normalize_block(p, &s, &r, 0, n, coefs[j], NULL, ki, ko)
+        normalize_block(p, &s, &r, 0, n, coefs[j], NULL, False, ki, ko)
         odo_next(&s, L.kept, L.n_kept)
 
 
@@ -1191,7 +1222,7 @@ cdef void slice_item_normalize(const SlicePlan* p, Py_ssize_t item, in_t* ki, ou
     odo_init(&s, p.L.kept, p.L.n_kept, si)
     odo_init(&r, p.L.red, p.L.n_red - 1, rest // p.n_chunks)
     normalize_block(p, &s, &r, start, min(<Py_ssize_t>CHUNK, p.run_len - start),
-                    p.coefs[si], NULL, ki, ko)
+                    p.coefs[si], NULL, False, ki, ko)
     fn_sfence()
 
 
@@ -1210,6 +1241,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
                        in_t* ki, out_t* ko) noexcept nogil:
     cdef SlicePlan p
     cdef int short_way = 0
+    cdef bint down
     cdef Py_ssize_t i, n_items, si, per_slice
     cdef Odometer s
     cdef Moments acc
@@ -1253,6 +1285,8 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
         short_way = SHORT_ROWS
     elif p.n_runs == 1 and p.run_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
         short_way = SHORT_SLICES
+    # Into a fresh y, slices of one run go last first (slice_whole).
+    down = L.descend and p.n_runs == 1
     if short_way != 0 or p.short_runs or nthreads <= 1 or L.n_slices >= 2 * nthreads:
         # Short slices, or enough for every thread: each takes whole slices.
         # A thread orders its streamed stores once, after its last slice (a
@@ -1271,11 +1305,11 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
         elif nthreads > 1:
             with parallel(num_threads=nthreads):
                 for i in prange(L.n_slices, schedule="guided"):
-                    slice_whole(&p, i, ki, ko)
+                    slice_whole(&p, L.n_slices - 1 - i if down else i, ki, ko)
                 fn_sfence()
         else:
             for i in range(L.n_slices):
-                slice_whole(&p, i, ki, ko)
+                slice_whole(&p, L.n_slices - 1 - i if down else i, ki, ko)
             fn_sfence()
         free_plan_f32(&p)
         return 0
@@ -2098,7 +2132,7 @@ cdef int execute_in(const Layout* L, int mode, double eps, bint has_y, int nthre
 
 
 def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
-              tuple reduced, int mode, double eps, int nthreads):
+              tuple reduced, int mode, double eps, int nthreads, bint fresh=False):
     """Run one call: x (float16/32/64, aligned, native byte order); y an
     output of x's shape or None; gamma, beta float64 arrays of x.ndim
     dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
@@ -2106,7 +2140,8 @@ def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
     the caller wants y alone (modes 'center' and 'rms': large arrays written
     for nothing, and fresh pages cost their faults), and s2 a third one for
     the variance (mode 'center') or None; reduced a tuple of bools, one per
-    axis of x.  Nothing is copied."""
+    axis of x; fresh: y was just allocated (its pages are not yet
+    touched).  Nothing is copied."""
     cdef Layout L
     cdef int rc, in_code = type_code(x), out_code = in_code
     cdef bint has_y = y is not None
@@ -2124,8 +2159,10 @@ def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
         L.base[OP_B] = <char*>&fn_zero_value
     if L.n_slices * L.slice_len < PARALLEL_MIN:
         nthreads = 1
-    # Outputs far larger than the caches are written around them.
+    # Outputs far larger than the caches are written around them, fresh
+    # ones from their last slice down (see fn_normalize_f32).
     L.stream = has_y and y.nbytes >= STREAM_MIN_BYTES
+    L.descend = L.stream and fresh
     with nogil:
         if in_code == 0:
             rc = execute_in(&L, mode, eps, has_y, nthreads, out_code, <half_t*>NULL)

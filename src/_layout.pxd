@@ -41,6 +41,8 @@ cdef struct Layout:
     int n_red
     bint columns               # pattern: COLUMNS if true, else SLICES
     bint stream                # write the output with non-temporal stores
+    bint descend               # ...and from the last slice down: y is fresh
+                               # (see fn_normalize_f32)
     Py_ssize_t n_slices        # product of the kept sizes
     Py_ssize_t slice_len       # product of the reduced sizes
     Axis kept[MAX_DIMS]        # outer -> inner
@@ -113,6 +115,7 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
     cdef object o
     L.base[OP_X] = <char*>cnp.PyArray_DATA(x)
     L.stream = False
+    L.descend = False
     for k in range(1, N_OPS):
         o = ops[k - 1]
         L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)

@@ -41,7 +41,7 @@ cdef extern from "fastnorm_simd.h" nogil:
     void fn_sfence()
     void fn_normalize_f32(const float* x, float* y, const float* g, Py_ssize_t g_inc,
                           const float* b, Py_ssize_t b_inc, Py_ssize_t n,
-                          float m, float s, float e, int stream)
+                          float m, float s, float e, int stream, int down, const char* ahead)
     void fn_normalize_cols_f32(const float* x, float* y, const float* m, const float* s,
                                const float* e, Py_ssize_t n, float g, float b, int stream)
     void fn_normalize_rows_f32(const float* x, float* y, Py_ssize_t rows, Py_ssize_t n,
