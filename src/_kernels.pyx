@@ -1466,9 +1466,9 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_s
 
     float16/float32 columns take shifted sums instead (see the top of
     _moments.pxd), about `pivot`, their centres: mean/m2 hold the sums of
-    x - centre and of its squares until fold_sums.  A Welford
-    update waits for the last one (four dependent operations a row); a sum
-    waits for one addition."""
+    x - centre and of its squares until fold_sums.  A Welford update waits
+    for the last one (four dependent operations a row); a sum waits for one
+    addition."""
     cdef fn_vd mu[FN_NVC]
     cdef fn_vd q[FN_NVC]
     cdef fn_vd piv[FN_NVC]
@@ -1592,10 +1592,11 @@ cdef inline void fold_sums(const Tile* t, Py_ssize_t nb, Py_ssize_t na, double* 
 
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
     """The mean and M2 of the rows of one block, for every column of one
-    tile (Welford; shifted sums for float16/float32), in pieces of at most
-    p.rows_per_sweep rows (see column_rows_stats).  With one reduced axis
-    the rows are equally spaced and each piece prefetches the next;
-    otherwise each row is its own piece."""
+    tile (Welford; float16/float32: shifted sums, folded into the moments
+    every SUM_ROWS rows at most), in pieces of at most p.rows_per_sweep
+    rows (see column_rows_stats).  With one reduced axis the rows are
+    equally spaced and each piece prefetches the next; otherwise each row
+    is its own piece."""
     cdef Tile t
     cdef Odometer row, ahead_row
     cdef Py_ssize_t group = item // p.n_blocks, blk = item % p.n_blocks
@@ -1648,7 +1649,6 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
             fold_sums(&t, nr - done, done, mean, m2, run_mean, run_m2)
             memcpy(mean, run_mean, t.width * sizeof(double))
             memcpy(m2, run_m2, t.width * sizeof(double))
-
 
 
 cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
