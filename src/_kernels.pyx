@@ -278,34 +278,47 @@ cdef inline void normalize_loop(const in_t* x, out_t* y, const double* gp, Py_ss
                                 Py_ssize_t hi, Coef c, bint stream, const char* ahead,
                                 bint down, in_t* ki, out_t* ko) noexcept nogil:
     """The vector body of normalize_vector, values lo to hi (whole vectors),
-    upwards or `down`.  Inlined with constant ginc and binc, it indexes the
-    parameters directly."""
-    cdef fn_vd piv = fn_set1(c.pivot), sh = fn_set1(c.shift), sc = fn_set1(c.scale), t
-    # float16/float32 data: xhat = x * scale - (pivot + shift) * scale, one
-    # FMA; the cancellation it has at a large mean costs bits of float64's
-    # 53 that the data (24 at most) never had.
-    cdef fn_vd minus_ms = fn_set1(-(c.pivot + c.shift) * c.scale)
-    cdef Py_ssize_t i = hi - FN_W if down else lo, step = -FN_W if down else FN_W
-    while lo <= i and i + FN_W <= hi:
-        # The prefetch, once a cache line: downwards into L2, a line of each
-        # vector's span (a whole row ahead); upwards into L1, lines that
-        # start a vector.
-        if ahead != NULL:
-            if down:
-                if i % (64 // sizeof(in_t)) < FN_W:
-                    fn_prefetch_l2(ahead + i * sizeof(in_t))
-            elif i % (64 // sizeof(in_t)) == 0:
-                fn_prefetch(ahead + i * sizeof(in_t))
-        if in_t is double:
-            t = fn_mul(fn_sub(fn_sub(vload(<const char*>(x + i), sizeof(in_t), ki), piv), sh), sc)
-        else:
-            t = fn_fma(vload(<const char*>(x + i), sizeof(in_t), ki), sc, minus_ms)
-        t = fn_fma(t, fn_load_f64(gp + i * ginc), fn_load_f64(bp + i * binc))
-        if stream:
-            vstream(y + i, t)
-        else:
-            vstore(<char*>(y + i), sizeof(out_t), t, ko)
-        i = i + step
+    upwards or `down` (a loop each, with a constant step).  Inlined with
+    constant ginc and binc, it indexes the parameters directly.  The
+    prefetch of `ahead`, once a cache line: upwards into L1, lines that
+    start a vector; downwards into L2, a line of each vector's span (a whole
+    row ahead)."""
+    cdef Py_ssize_t i
+    if down:
+        i = hi - FN_W
+        while i >= lo:
+            if ahead != NULL and i % (64 // sizeof(in_t)) < FN_W:
+                fn_prefetch_l2(ahead + i * sizeof(in_t))
+            normalize_at(x, y, gp, ginc, bp, binc, i, c, stream, ki, ko)
+            i = i - FN_W
+        return
+    i = lo
+    while i < hi:
+        if ahead != NULL and i % (64 // sizeof(in_t)) == 0:
+            fn_prefetch(ahead + i * sizeof(in_t))
+        normalize_at(x, y, gp, ginc, bp, binc, i, c, stream, ki, ko)
+        i = i + FN_W
+
+
+cdef inline void normalize_at(const in_t* x, out_t* y, const double* gp, Py_ssize_t ginc,
+                              const double* bp, Py_ssize_t binc, Py_ssize_t i, Coef c,
+                              bint stream, in_t* ki, out_t* ko) noexcept nogil:
+    """One vector of normalize_loop, values i to i + FN_W."""
+    cdef fn_vd t
+    if in_t is double:
+        t = fn_mul(fn_sub(fn_sub(vload(<const char*>(x + i), sizeof(in_t), ki),
+                                 fn_set1(c.pivot)), fn_set1(c.shift)), fn_set1(c.scale))
+    else:
+        # float16/float32 data: xhat = x * scale - (pivot + shift) * scale,
+        # one FMA; the cancellation it has at a large mean costs bits of
+        # float64's 53 that the data (24 at most) never had.
+        t = fn_fma(vload(<const char*>(x + i), sizeof(in_t), ki), fn_set1(c.scale),
+                   fn_set1(-(c.pivot + c.shift) * c.scale))
+    t = fn_fma(t, fn_load_f64(gp + i * ginc), fn_load_f64(bp + i * binc))
+    if stream:
+        vstream(y + i, t)
+    else:
+        vstore(<char*>(y + i), sizeof(out_t), t, ko)
 
 
 cdef inline void normalize_scalar(const char* xp, Py_ssize_t sx, char* yp, Py_ssize_t sy,
