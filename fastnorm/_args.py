@@ -156,8 +156,7 @@ def param(value, name, x_shape, along):
     named, keep = _param_shapes(tuple(x_shape), tuple(along))
     if type(value) is np.ndarray and value.shape == named and value.dtype in _NATIVE_FLOATS:
         # The common case: a float vector of the named shape.
-        a = value.reshape(keep)
-        return a if a.dtype == _F64 and a.flags.aligned else a.astype(_F64)
+        return float64_param(value, keep)
     a = np.asarray(value)
     if a.dtype.kind not in "fiub":
         raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
@@ -168,6 +167,13 @@ def param(value, name, x_shape, along):
         raise ValueError(f"{name} has shape {a.shape}; expected {named} or "
                          f"{keep} (keepdims layout) for x of shape {tuple(x_shape)}")
     return np.require(a, dtype=np.float64, requirements="A")
+
+
+def float64_param(value, keep):
+    """A float ndarray of a parameter's named shape in keepdims layout
+    (shape `keep`), as aligned float64: a view when it already is one."""
+    a = value.reshape(keep)
+    return a if a.dtype == _F64 and a.flags.aligned else a.astype(_F64)
 
 
 def running_stat(value, name, x_shape, along):

@@ -14,10 +14,10 @@ of the rest is converting gain and bias to float64).
 import numpy as np
 
 from . import _dispatch
+from ._args import float64_param
 from ._config import team_size
 
 _FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
-_F64 = np.dtype(np.float64)
 _LARGEST = float(np.finfo(np.float64).max)
 # reduced mask (the kernel's per-axis flags) by number of dimensions
 _LAST_AXIS = {n: (False,) * (n - 1) + (True,) for n in range(1, 65)}
@@ -60,6 +60,4 @@ def _vector(p, shape):
         return None
     if type(p) is not np.ndarray or p.shape != shape[-1:] or p.dtype not in _FLOATS:
         return False
-    if p.dtype != _F64 or not p.flags.aligned:
-        p = p.astype(_F64)
-    return p.reshape(shape) if len(shape) > 1 else p
+    return float64_param(p, shape)

@@ -404,6 +404,19 @@ static inline float fn_normalized_f32(const float *x, const float *g, ptrdiff_t 
     return ((x[i] - m) * s - e) * g[i * g_inc] + b[i * b_inc];
 }
 
+#if defined(__GNUC__) || defined(__clang__)
+/* The same for the vector of values i to i + FN_WF. */
+static inline void fn_normalize_vector_f32(const float *x, float *y, const float *g,
+                                           ptrdiff_t g_inc, const float *b, ptrdiff_t b_inc,
+                                           ptrdiff_t i, fn_vf32 vm, fn_vf32 vs, fn_vf32 ve,
+                                           int stream)
+{
+    fn_vf32 vg = g_inc ? fn_loadu_f32(g + i) : fn_set1_f32(g[0]);
+    fn_vf32 vb = b_inc ? fn_loadu_f32(b + i) : fn_set1_f32(b[0]);
+    fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * vg + vb, stream);
+}
+#endif
+
 static inline void fn_normalize_f32(const float *x, float *y, const float *g, ptrdiff_t g_inc,
                                     const float *b, ptrdiff_t b_inc, ptrdiff_t n,
                                     float m, float s, float e, int stream, int down,
@@ -411,20 +424,16 @@ static inline void fn_normalize_f32(const float *x, float *y, const float *g, pt
 {
     ptrdiff_t i = 0, head = 0, body = 0;
 #if defined(__GNUC__) || defined(__clang__)
-    fn_vf32 vm = fn_set1_f32(m), vs = fn_set1_f32(s), ve = fn_set1_f32(e), vg, vb;
+    fn_vf32 vm = fn_set1_f32(m), vs = fn_set1_f32(s), ve = fn_set1_f32(e);
     head = fn_head_f32(y, n, stream);
     body = head + (n - head) / FN_WF * FN_WF;
-#define FN_NORMALIZE_VECTOR_F32                                                          \
-    vg = g_inc ? fn_loadu_f32(g + i) : fn_set1_f32(g[0]);                               \
-    vb = b_inc ? fn_loadu_f32(b + i) : fn_set1_f32(b[0]);                               \
-    fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * vg + vb, stream);
     if (down) {
         for (i = n - 1; i >= body; i--)
             y[i] = fn_normalized_f32(x, g, g_inc, b, b_inc, i, m, s, e);
         for (i = body - FN_WF; i >= head; i -= FN_WF) {
             if (ahead != NULL && i % 16 < FN_WF)
                 fn_prefetch_l2(ahead + i * sizeof(float));
-            FN_NORMALIZE_VECTOR_F32
+            fn_normalize_vector_f32(x, y, g, g_inc, b, b_inc, i, vm, vs, ve, stream);
         }
         for (i = head - 1; i >= 0; i--)
             y[i] = fn_normalized_f32(x, g, g_inc, b, b_inc, i, m, s, e);
@@ -432,10 +441,8 @@ static inline void fn_normalize_f32(const float *x, float *y, const float *g, pt
     }
     for (; i < head; i++)
         y[i] = fn_normalized_f32(x, g, g_inc, b, b_inc, i, m, s, e);
-    for (; i < body; i += FN_WF) {
-        FN_NORMALIZE_VECTOR_F32
-    }
-#undef FN_NORMALIZE_VECTOR_F32
+    for (; i < body; i += FN_WF)
+        fn_normalize_vector_f32(x, y, g, g_inc, b, b_inc, i, vm, vs, ve, stream);
 #endif
     (void)down;
     (void)ahead;
