@@ -121,6 +121,6 @@ def channel_param(value, name, grp, x):
     keep = tuple(grp.channels if i == grp.axis else 1 for i in range(x.ndim))
 
     def check(a):
-        grp.channel_param(a, name)
-        return np.asarray(a, dtype=np.float64).reshape(keep)
+        grp.channel_param(a, name)      # its errors (dtype, shape)
+        return np.asarray(grp.channel_vector(a, name), dtype=np.float64).reshape(keep)
     return lazy_array(value, check, x)

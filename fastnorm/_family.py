@@ -54,18 +54,28 @@ class Groups:
         assert v.base is not None or v is a  # splitting one axis never copies
         return v
 
-    def channel_param(self, value, name):
-        """gamma/beta of shape (C,) (or x.ndim dims with C on the channel
-        axis, keepdims layout) as float64 in the split view's keepdims layout."""
-        if value is None:
-            return None
+    def channel_vector(self, value, name):
+        """gamma/beta as an array of shape (C,): given so, or with x.ndim
+        dimensions that broadcast to x along the channel axis alone (keepdims
+        layout: (1, C, 1, 1), or (1, 1, 1, 1) for one value for every
+        channel, as layer_norm and batch_norm take it)."""
         a = np.asarray(value)
         keep = tuple(self.channels if i == self.axis else 1 for i in range(len(self.x_shape)))
-        if a.shape == keep:
-            a = a.reshape(self.channels)
+        if (a.ndim == len(self.x_shape) and a.shape[self.axis] in (1, self.channels)
+                and all(n == 1 for i, n in enumerate(a.shape) if i != self.axis)):
+            a = np.ascontiguousarray(np.broadcast_to(a.reshape(a.shape[self.axis]),
+                                                     (self.channels,)))
         if a.shape != (self.channels,):
             raise ValueError(f"{name} has shape {a.shape}; expected ({self.channels},) "
                              f"or {keep} (keepdims layout) for x of shape {self.x_shape}")
+        return a
+
+    def channel_param(self, value, name):
+        """gamma/beta (see channel_vector) as float64 in the split view's
+        keepdims layout."""
+        if value is None:
+            return None
+        a = self.channel_vector(value, name)
         shape = [1] * len(self.view_shape)
         shape[self.axis], shape[self.axis + 1] = self.groups, self.channels // self.groups
         return param(a.reshape(shape), name, self.view_shape, (self.axis, self.axis + 1))
@@ -88,7 +98,9 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
     num_groups : int
         Number of groups; must divide C.
     gamma, beta : array_like, optional
-        Per-channel gain and bias of shape ``(C,)`` (or keepdims layout).
+        Per-channel gain and bias of shape ``(C,)``, or in keepdims layout
+        (x.ndim dimensions, ``(1, C, 1, 1)``, or ``(1, 1, 1, 1)`` for one
+        value for every channel, as the other normalizations take it).
     channel_axis : int, optional
         The channel axis (default 1; -1 for channels-last).  Not 0, which is
         the batch axis.

@@ -300,4 +300,8 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
     dx, dg, db = _run(vdy, vx, axes, stat(mean, "mean"), stat(rstd, "rstd"), g, "center",
                       dx_out)
     dx = dx.reshape(x.shape) if outs[0] is None else outs[0]
+    # Per channel in x's keepdims layout, so that a gamma of one value for
+    # every channel ((1, 1, 1, 1)) gets their sum.
+    per_channel = tuple(grp.channels if i == grp.axis else 1 for i in range(x.ndim))
+    dg, db = dg.reshape(per_channel), db.reshape(per_channel)
     return dx, _param_grad(dg, c, pdt, outs[1]), _param_grad(db, c, pdt, outs[2])

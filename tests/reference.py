@@ -232,7 +232,11 @@ def group_param(p, shape, num_groups, channel_axis):
     vshape = group_view_shape(shape, num_groups, ch)
     keep = [1] * len(vshape)
     keep[ch], keep[ch + 1] = vshape[ch], vshape[ch + 1]
-    return np.asarray(p, dtype=np.float64).reshape(keep)
+    a = np.asarray(p, dtype=np.float64)
+    if a.ndim == len(shape):
+        # keepdims layout: C values along the channel axis, or one for all
+        a = np.broadcast_to(a, tuple(shape[ch] if i == ch else 1 for i in range(len(shape))))
+    return a.reshape(keep)
 
 
 def ref_group_norm(x, num_groups, channel_axis=1, gamma=None, beta=None, eps=1e-5):
@@ -329,6 +333,9 @@ def ref_group_norm_grads(dy, x, num_groups, channel_axis=1, gamma=None, eps=1e-5
                        eps=eps)
     c = (xd.shape[ch],)
     out = {k: r[k].reshape(c) for k in ("dgamma", "dgamma_scale", "dbeta", "dbeta_scale")}
+    if gamma is not None and np.ndim(gamma) == xd.ndim and np.shape(gamma)[ch] == 1:
+        # one gain for every channel: its gradient is the channels' sum
+        out = {k: np.sum(v, keepdims=True) for k, v in out.items()}
     out.update(dx=r["dx"].reshape(xd.shape), dx_scale=r["dx_scale"].reshape(xd.shape))
     return out
 

@@ -302,8 +302,7 @@ def grad_specs(draw, kind):
             s["axis"] = draw(axis_args(nd, allow_none=False, min_axes=1))
     s["layout"] = draw(st.sampled_from(GRAD_LAYOUTS))
     s["dy_layout"] = draw(st.sampled_from(GRAD_LAYOUTS + ["broadcast"]))
-    s["gamma"] = draw(st.sampled_from(GRAD_PARAM_KINDS + ([] if kind == "group" else
-                                                         ["keepdims_partial"])))
+    s["gamma"] = draw(st.sampled_from(GRAD_PARAM_KINDS + ["keepdims_partial"]))
     s["beta"] = None if kind == "rms" else draw(st.sampled_from([None, "named"]))
     s["eps"] = draw(st.sampled_from([1e-5, 1e-3, 0.1]))
     s["offset"] = draw(st.sampled_from([0.0, 0.0, 5.0, -300.0]))
@@ -332,8 +331,9 @@ def group_specs(draw):
         dtype=draw(st.sampled_from(FAMILY_DTYPES)),
         layout=draw(st.sampled_from(LAYOUTS)),
         values=draw(st.sampled_from(["normal", "normal", "ints", "offset"])),
-        gamma=draw(st.sampled_from([None, "named", "named_f32", "keepdims", "list"])),
-        beta=draw(st.sampled_from([None, "named", "keepdims"])),
+        gamma=draw(st.sampled_from([None, "named", "named_f32", "keepdims", "list",
+                                    "keepdims_partial"])),
+        beta=draw(st.sampled_from([None, "named", "keepdims", "keepdims_partial"])),
         eps=draw(st.sampled_from([1e-5, 1e-3, 0.25])),
         return_stats=draw(st.booleans()),
         seed=draw(st.integers(0, 2**32 - 1)),

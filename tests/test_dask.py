@@ -98,6 +98,8 @@ FORWARD = {
     "group_norm-y": lambda x: fastnorm.group_norm(x, 2, P["c"], P["c2"], eps=1e-2),
     "group_norm-nhwc": lambda x: fastnorm.group_norm(x, 4, channel_axis=-1,
                                                      return_stats=True),
+    "group_norm-one-gain": lambda x: fastnorm.group_norm(x, 3, P["c"][:1].reshape(1, 1, 1, 1),
+                                                         P["c2"].reshape(1, 6, 1, 1)),
     "instance_norm": lambda x: fastnorm.instance_norm(x, P["c"], P["c2"], return_stats=True),
     "instance_norm-y": lambda x: fastnorm.instance_norm(x),
     "weight_norm": lambda x: fastnorm.weight_norm(x, P["n"], return_norm=True),
@@ -145,6 +147,8 @@ BACKWARD = {
         dy, x, *_BN, P["c"].reshape(1, 6, 1, 1), training=False),
     "group_norm_backward": lambda dy, x: fastnorm.group_norm_backward(dy, x, *_GN, 2, P["c"]),
     "group_norm_backward-no-gamma": lambda dy, x: fastnorm.group_norm_backward(dy, x, *_GN, 2),
+    "group_norm_backward-one-gain": lambda dy, x: fastnorm.group_norm_backward(
+        dy, x, *_GN, 2, P["c"][:1].reshape(1, 1, 1, 1)),
 }
 
 
@@ -204,6 +208,9 @@ def test_dask_parameters_with_numpy_x():
                 rtol=1e-11, atol=1e-11)
     assert_same(fastnorm.group_norm(X, 3, da.from_array(P["c"], chunks=4)),
                 fastnorm.group_norm(X, 3, P["c"]))
+    one = P["c"][:1].reshape(1, 1, 1, 1)
+    assert_same(fastnorm.instance_norm(d, da.from_array(one), da.from_array(one)),
+                fastnorm.instance_norm(X, one, one))
 
 
 def test_batch_norm_updates_running_statistics_before_returning():
