@@ -61,8 +61,14 @@ cdef inline void odo_init(Odometer* o, const Axis* axes, int n, Py_ssize_t flat)
     for k in range(N_OPS):
         o.off[k] = 0
     for a in range(n - 1, -1, -1):
-        i = flat % axes[a].size
-        flat = flat // axes[a].size
+        # The index within one axis (a row of a 2-d array) needs no division:
+        # two per row were a tenth of layer_norm's time on rows in cache.
+        if flat < axes[a].size:
+            i = flat
+            flat = 0
+        else:
+            i = flat % axes[a].size
+            flat = flat // axes[a].size
         o.idx[a] = i
         for k in range(N_OPS):
             o.off[k] += i * axes[a].stride[k]

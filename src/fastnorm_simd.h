@@ -405,14 +405,15 @@ static inline float fn_normalized_f32(const float *x, const float *g, ptrdiff_t 
 }
 
 #if defined(__GNUC__) || defined(__clang__)
-/* The same for the vector of values i to i + FN_WF. */
+/* The same for the vector of values i to i + FN_WF; g0 and b0 are the gain
+ * and bias broadcast, for increments of 0. */
 static inline void fn_normalize_vector_f32(const float *x, float *y, const float *g,
                                            ptrdiff_t g_inc, const float *b, ptrdiff_t b_inc,
                                            ptrdiff_t i, fn_vf32 vm, fn_vf32 vs, fn_vf32 ve,
-                                           int stream)
+                                           fn_vf32 g0, fn_vf32 b0, int stream)
 {
-    fn_vf32 vg = g_inc ? fn_loadu_f32(g + i) : fn_set1_f32(g[0]);
-    fn_vf32 vb = b_inc ? fn_loadu_f32(b + i) : fn_set1_f32(b[0]);
+    fn_vf32 vg = g_inc ? fn_loadu_f32(g + i) : g0;
+    fn_vf32 vb = b_inc ? fn_loadu_f32(b + i) : b0;
     fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * vg + vb, stream);
 }
 #endif
@@ -425,6 +426,9 @@ static inline void fn_normalize_f32(const float *x, float *y, const float *g, pt
     ptrdiff_t i = 0, head = 0, body = 0;
 #if defined(__GNUC__) || defined(__clang__)
     fn_vf32 vm = fn_set1_f32(m), vs = fn_set1_f32(s), ve = fn_set1_f32(e);
+    /* Broadcast once here: in the loop the compiler reloads g[0] and b[0]
+     * after every store, as y might alias them. */
+    fn_vf32 g0 = fn_set1_f32(g_inc ? 0.0f : g[0]), b0 = fn_set1_f32(b_inc ? 0.0f : b[0]);
     head = fn_head_f32(y, n, stream);
     body = head + (n - head) / FN_WF * FN_WF;
     if (down) {
@@ -433,7 +437,7 @@ static inline void fn_normalize_f32(const float *x, float *y, const float *g, pt
         for (i = body - FN_WF; i >= head; i -= FN_WF) {
             if (ahead != NULL && i % 16 < FN_WF)
                 fn_prefetch_l2(ahead + i * sizeof(float));
-            fn_normalize_vector_f32(x, y, g, g_inc, b, b_inc, i, vm, vs, ve, stream);
+            fn_normalize_vector_f32(x, y, g, g_inc, b, b_inc, i, vm, vs, ve, g0, b0, stream);
         }
         for (i = head - 1; i >= 0; i--)
             y[i] = fn_normalized_f32(x, g, g_inc, b, b_inc, i, m, s, e);
@@ -442,7 +446,7 @@ static inline void fn_normalize_f32(const float *x, float *y, const float *g, pt
     for (; i < head; i++)
         y[i] = fn_normalized_f32(x, g, g_inc, b, b_inc, i, m, s, e);
     for (; i < body; i += FN_WF)
-        fn_normalize_vector_f32(x, y, g, g_inc, b, b_inc, i, vm, vs, ve, stream);
+        fn_normalize_vector_f32(x, y, g, g_inc, b, b_inc, i, vm, vs, ve, g0, b0, stream);
 #endif
     (void)down;
     (void)ahead;
