@@ -8,8 +8,8 @@ need: Dask, axis tuples, ``out=`` and dtype rules, the columns view, the
 statistics arrays.  Here the same kernel call is made after only the checks
 that this one case needs; anything else returns None and takes the general
 path, which also raises the errors.  layer_norm of (32, 768) float32 with
-float32 gain and bias: 15.2 -> 12.2 us a call (the kernel alone 7.8 us; most
-of the rest is converting gain and bias to float64).
+float32 gain and bias: 15.2 -> 12.2 us a call, 11.1 -> 9.6 with gain and bias
+widened to float64 in C (the kernel alone 7.6 us).
 """
 import numpy as np
 
@@ -18,6 +18,7 @@ from ._args import float64_param
 from ._config import team_size
 
 _FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
+_F64 = np.dtype(np.float64)
 _LARGEST = float(np.finfo(np.float64).max)
 # reduced mask (the kernel's per-axis flags) by number of dimensions
 _LAST_AXIS = {n: (False,) * (n - 1) + (True,) for n in range(1, 65)}
@@ -60,4 +61,6 @@ def _vector(p, shape):
         return None
     if type(p) is not np.ndarray or p.shape != shape[-1:] or p.dtype not in _FLOATS:
         return False
-    return float64_param(p, shape)
+    if p.dtype == _F64 or not p.flags.aligned:
+        return float64_param(p, shape)
+    return _dispatch.kernels.row_f64(p, len(shape))    # float16/float32, widened in C

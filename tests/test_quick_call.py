@@ -43,12 +43,45 @@ def quick_calls(draw):
     params = []
     for role in ("gamma", "beta"):
         p_dtype = draw(st.sampled_from([None] + FLOATS))
-        params.append(None if p_dtype is None else
-                      (rng.uniform(0.5, 2.0, n) if role == "gamma" else rng.standard_normal(n))
-                      .astype(p_dtype))
+        p_layout = draw(st.sampled_from(["C", "reversed", "every other", "misaligned"]))
+        values = rng.uniform(0.5, 2.0, n) if role == "gamma" else rng.standard_normal(n)
+        params.append(None if p_dtype is None else _laid_out(values.astype(p_dtype), p_layout))
     eps = draw(st.sampled_from([1e-5, 0.0, 0.5]))
     axis = draw(st.sampled_from([-1, ndim - 1]))
     return x, axis, params[0], params[1], eps
+
+
+def _laid_out(p, layout):
+    """A 1-d array with p's values: contiguous, reversed, every other element
+    of a longer one, or one byte off alignment."""
+    if layout == "reversed":
+        return p[::-1].copy()[::-1]
+    if layout == "every other":
+        return np.repeat(p, 2)[::2]
+    if layout == "misaligned":
+        raw = np.zeros(p.nbytes + 1, np.uint8)
+        q = raw[1:].view(p.dtype)
+        q[...] = p
+        return q
+    return p
+
+
+def test_row_f64_widens_float16_and_float32(simd_level):
+    # The quick path's widening of gain and bias, against NumPy's.
+    rng = np.random.default_rng(11)
+    for dtype in (np.float16, np.float32):
+        for n, ndim in ((1, 1), (7, 2), (768, 4)):
+            p = (rng.standard_normal(n) * 100).astype(dtype)
+            for layout in ("C", "reversed", "every other"):
+                q = _laid_out(p, layout)
+                w = _dispatch.kernels.row_f64(q, ndim)
+                assert w.shape == (1,) * (ndim - 1) + (n,), w.shape
+                assert w.dtype == np.float64 and w.flags.c_contiguous
+                assert_bitwise(w.ravel(), q.astype(np.float64), f"{dtype.__name__} {layout}")
+    for bad, ndim in ((np.ones(3), 1), (np.ones((2, 3), np.float32), 2),
+                      (np.ones(3, np.float32), 0), (np.ones(3, np.float32), 65)):
+        with pytest.raises(ValueError):
+            _dispatch.kernels.row_f64(bad, ndim)
 
 
 def _ref_gamma(p):
