@@ -672,14 +672,16 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
 cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) noexcept nogil:
     """Statistics and normalization of slice si by one thread (the slice is
     still in cache for the second pass when it fits).  Into a fresh y
-    (L.descend) slices of one run go last first, and so are written: the
-    slice that comes next is then the one before."""
+    (L.descend) slices go last first, and so are written, run after run
+    from the last (batch_norm eval over (64, 64, 56, 56) allocating, one
+    thread, time / np.copy: float32 1.73 -> 1.40, float64 1.54 -> 1.36):
+    what comes next is then the run before."""
     cdef const Layout* L = p.L
     cdef Odometer s, r, s_next
     cdef Coef c
     cdef Py_ssize_t ri, run_ahead = 0, nxt
     cdef const char* ahead = NULL
-    cdef bint down = L.descend and p.n_runs == 1
+    cdef bint down = L.descend
     odo_init(&s, L.kept, L.n_kept, si)
     c = slice_coef(p, si, &s, ki)
     if not p.has_y:
@@ -695,6 +697,19 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
             ahead = L.base[OP_X] + s_next.off[OP_X]
         else:
             prefetch_slice(p, nxt)
+    if down and p.n_runs > 1:
+        # Runs last first too (the maps of an NCHW channel, image after image).
+        for ri in range(p.n_runs - 1, -1, -1):
+            odo_init(&r, L.red, L.n_red - 1, ri)
+            if run_ahead > 0:
+                prefetch_run(p, &s_next, &r, run_ahead)
+            ahead = NULL
+            if ri > 0 and L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t):
+                # the run written next, fetched as this one is written
+                odo_init(&s_next, L.red, L.n_red - 1, ri - 1)
+                ahead = L.base[OP_X] + s.off[OP_X] + s_next.off[OP_X]
+            normalize_block(p, &s, &r, 0, p.run_len, c, ahead, True, ki, ko)
+        return
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(p.n_runs):
         if run_ahead > 0:
@@ -1298,8 +1313,8 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
         short_way = SHORT_ROWS
     elif p.n_runs == 1 and p.run_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
         short_way = SHORT_SLICES
-    # Into a fresh y, slices of one run go last first (slice_whole).
-    down = L.descend and p.n_runs == 1
+    # Into a fresh y, slices go last first (slice_whole).
+    down = L.descend
     if short_way != 0 or p.short_runs or nthreads <= 1 or L.n_slices >= 2 * nthreads:
         # Short slices, or enough for every thread: each takes whole slices.
         # A thread orders its streamed stores once, after its last slice (a
@@ -2098,9 +2113,12 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
                 column_coef32(&p, i)
         if p.per != NULL:
             periodic_coefs(&p)
+        # Into a fresh y, blocks of rows last first (each written upwards):
+        # batch_norm over axis 0 of (65536, 512) allocating, one thread,
+        # time / np.copy: float32 1.92 -> 1.57, float64 1.49 -> 1.29.
         if has_y:
             for i in prange(n_out_items, num_threads=nthreads, schedule="guided"):
-                column_rows_normalize(&p, i, ki, ko)
+                column_rows_normalize(&p, n_out_items - 1 - i if L.descend else i, ki, ko)
     else:
         if mode != MODE_GIVEN:
             for i in range(p.n_groups):
@@ -2116,7 +2134,7 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
             periodic_coefs(&p)
         if has_y:
             for i in range(n_out_items):
-                column_rows_normalize(&p, i, ki, ko)
+                column_rows_normalize(&p, n_out_items - 1 - i if L.descend else i, ki, ko)
     free(p.state)
     free(p.coef)
     free(p.coef32)

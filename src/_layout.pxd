@@ -42,7 +42,8 @@ cdef struct Layout:
     bint columns               # pattern: COLUMNS if true, else SLICES
     bint stream                # write the output with non-temporal stores
     bint descend               # ...and from the last slice down: y is fresh
-                               # (see fn_normalize_f32)
+                               # (see fn_normalize_f32, slice_whole and
+                               # columns_kernel)
     Py_ssize_t n_slices        # product of the kept sizes
     Py_ssize_t slice_len       # product of the reduced sizes
     Axis kept[MAX_DIMS]        # outer -> inner
@@ -61,8 +62,9 @@ cdef inline void odo_init(Odometer* o, const Axis* axes, int n, Py_ssize_t flat)
     for k in range(N_OPS):
         o.off[k] = 0
     for a in range(n - 1, -1, -1):
-        # The index within one axis (a row of a 2-d array) needs no division:
-        # two per row were a tenth of layer_norm's time on rows in cache.
+        # The index within one axis (a row of a 2-d array) needs no division
+        # (two per row drew a tenth of the samples of layer_norm on rows in
+        # cache).
         if flat < axes[a].size:
             i = flat
             flat = 0

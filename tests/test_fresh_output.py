@@ -1,13 +1,14 @@
 """Outputs the call allocates itself are written last slice first.
 
-A fresh output of at least 8 MiB (streamed) whose slices are single runs
-(rows) is written from its last row down, each row from its last value to
-its first, prefetching the row before: fresh pages cost less written that
-way.  The values must not depend on it: y of an allocating call is compared
-bit for bit with y written into an existing array (upwards), and with the
-plain float64 reference, for every dtype, rows whose ends fall anywhere in
-a vector (the scalar head and tail of each row), gain and bias along the
-row or none, one and two threads.
+A fresh output of at least 8 MiB (streamed) is written from its last slice
+down: each run of a slice (a row; the maps of an NCHW channel, image after
+image) from its last value to its first, prefetching the run written next;
+the COLUMNS pattern's blocks of rows last first.  Fresh pages cost less
+written that way.  The values must not depend on it: y of an allocating
+call is compared bit for bit with y written into an existing array
+(upwards), and with the plain float64 reference, for every dtype, runs
+whose ends fall anywhere in a vector (the scalar head and tail of each
+run), gain and bias or none, one and two threads.
 """
 import numpy as np
 import pytest
@@ -78,10 +79,68 @@ def test_fresh_kernel_flag_any_alignment(offset, simd_level):
         assert not np.isnan(ys[1]).any()
 
 
-def test_fresh_output_of_columns_and_short_rows_unchanged():
-    # Other patterns ignore the flag: columns (axis 0) and short rows.
-    for x, axis in ((_x(1024, np.float32, 3), 0), (_x(32, np.float32, 4), 1)):
-        fresh = fastnorm.layer_norm(x, axis=axis)
-        into = np.empty_like(x)
-        fastnorm.layer_norm(x, axis=axis, out=into)
-        assert_bitwise(fresh, into, f"axis {axis}")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fresh_output_of_columns_and_short_rows_unchanged(threads):
+    # Columns (axis 0: blocks of rows last first) and short rows.
+    fastnorm.set_num_threads(threads)
+    try:
+        for x, axis in ((_x(1024, np.float32, 3), 0), (_x(1000, np.float64, 5), 0),
+                        (_x(32, np.float32, 4), 1)):
+            fresh = fastnorm.layer_norm(x, axis=axis)
+            into = np.empty_like(x)
+            fastnorm.layer_norm(x, axis=axis, out=into)
+            assert_bitwise(fresh, into, f"axis {axis}")
+            if axis == 0:
+                ref = ref_layer_norm(x[:, ::37], (0,))[0]
+                assert_close(fresh[:, ::37], ref,
+                             OUT_TOL[x.dtype] * (1 + np.abs(ref)) * 4, "y")
+    finally:
+        fastnorm.set_num_threads(None)
+
+
+def _images(shape, dtype, layout, seed):
+    """NCHW x of at least 8 MiB, its maps contiguous or every other value of
+    a wider array."""
+    n = STREAM_BYTES // (int(np.prod(shape[1:])) * np.dtype(dtype).itemsize) + 1
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n,) + shape[1:]) * 3 - 2).astype(dtype)
+    if layout == "every other":
+        wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dtype)
+        wide[..., ::2] = x
+        x = wide[..., ::2]
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("maps", [(56, 56), (45, 57)], ids=["56x56", "45x57"])
+@pytest.mark.parametrize("layout", ["contiguous", "every other"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fresh_batch_norm_of_long_maps_is_written_like_out(dtype, maps, layout, threads):
+    # Maps longer than the image-by-image pass takes: each channel a slice
+    # of one run per image, written image after image from the last.
+    x = _images((1, 12) + maps, dtype, layout, maps[1])
+    rng = np.random.default_rng(3)
+    gamma, beta = rng.uniform(0.5, 2.0, 12), rng.standard_normal(12)
+    r_mean, r_var = rng.standard_normal(12), rng.uniform(0.5, 2.0, 12)
+    keep = (1, 12, 1, 1)
+    fastnorm.set_num_threads(threads)
+    try:
+        for training in (True, False):
+            kw = dict(training=training) if training else dict(
+                running_mean=r_mean.copy(), running_var=r_var.copy(), training=False)
+            fresh = fastnorm.batch_norm(x, gamma, beta, **kw)
+            kw = dict(training=training) if training else dict(
+                running_mean=r_mean.copy(), running_var=r_var.copy(), training=False)
+            into = np.full_like(x, np.nan)
+            fastnorm.batch_norm(x, gamma, beta, out=into, **kw)
+            assert_bitwise(fresh, into, f"allocating against out=, training={training}")
+            some = x[::5].astype(np.float64)
+            if training:
+                ref = ref_layer_norm(x.astype(np.float64), (0, 2, 3), gamma.reshape(keep),
+                                     beta.reshape(keep))[0][::5]
+            else:
+                ref = ((some - r_mean.reshape(keep)) / np.sqrt(r_var.reshape(keep) + 1e-5)
+                       * gamma.reshape(keep) + beta.reshape(keep))
+            assert_close(fresh[::5], ref, OUT_TOL[np.dtype(dtype)] * (1 + np.abs(ref)) * 4, "y")
+    finally:
+        fastnorm.set_num_threads(None)
