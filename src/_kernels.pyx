@@ -2101,16 +2101,19 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
         free(p.ok32)
         return -1
     if nthreads > 1:
-        if mode != MODE_GIVEN:
-            for i in prange(p.n_groups, num_threads=nthreads, schedule="guided"):
-                column_pivots(&p, i, ki)
-            for i in prange(n_items, num_threads=nthreads, schedule="guided"):
-                column_block_stats(&p, i, ki)
-        for i in prange(n_finish, num_threads=nthreads, schedule="static"):
-            column_finish(&p, i)
-        if p.f32:
-            for i in prange(p.n_groups, num_threads=nthreads, schedule="guided"):
-                column_coef32(&p, i)
+        # One team for the statistics, folded and finished (each loop ends
+        # on the team's barrier): a team per loop cost small calls its start.
+        with parallel(num_threads=nthreads):
+            if mode != MODE_GIVEN:
+                for i in prange(p.n_groups, schedule="guided"):
+                    column_pivots(&p, i, ki)
+                for i in prange(n_items, schedule="guided"):
+                    column_block_stats(&p, i, ki)
+            for i in prange(n_finish, schedule="static"):
+                column_finish(&p, i)
+            if p.f32:
+                for i in prange(p.n_groups, schedule="guided"):
+                    column_coef32(&p, i)
         if p.per != NULL:
             periodic_coefs(&p)
         # Into a fresh y, blocks of rows last first (each written upwards):
