@@ -23,6 +23,20 @@ class _ThreadCap(threading.local):
 
 
 _cap = _ThreadCap()
+
+# A process forked from one whose calls ran OpenMP teams inherits no team
+# threads, and GNU OpenMP's next team in it never starts (the call hangs).
+# So calls in a forked child run on one thread.
+_forked = False
+
+
+def _after_fork_in_child():
+    global _forked
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 _OPENMP = _dispatch.kernels.build_info()["openmp"]  # the same for every SIMD level
 
 
@@ -47,7 +61,10 @@ def get_num_threads() -> int:
     Unless set_num_threads was called, this is OpenMP's default team size for
     the calling thread, which honours ``OMP_NUM_THREADS`` and
     ``threadpoolctl.threadpool_limits``.  Small inputs run on one thread
-    whatever this says, and a build without OpenMP always says 1.
+    whatever this says; a build without OpenMP, and a process forked from
+    another (``os.fork``, multiprocessing's "fork" start method), always
+    say 1: GNU OpenMP cannot start teams in a forked child of a process
+    that ran them.
 
     Returns
     -------
@@ -60,8 +77,8 @@ def get_num_threads() -> int:
     >>> fastnorm.get_num_threads() >= 1
     True
     """
-    if not _OPENMP:
-        return 1  # a serial build: set_num_threads has nothing to set
+    if not _OPENMP or _forked:
+        return 1  # a serial build (nothing to set), or a forked child (above)
     n = _num_threads
     if n is None:
         n = _dispatch.kernels.max_threads()

@@ -1,5 +1,7 @@
 """Bitwise reproducibility across OpenMP thread counts, and thread safety of
 concurrent calls from Python threads.  Nothing here is timed."""
+import os
+import textwrap
 import threading
 
 import numpy as np
@@ -187,3 +189,41 @@ def test_changing_the_thread_count_while_others_compute():
         for (res,) in per_thread:
             for a, b in zip(_flat(res), ref):
                 assert_bitwise(a, b)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_calls_in_a_forked_child_run_and_match_the_parent(run_python):
+    # GNU OpenMP cannot start a team in a child forked from a process that
+    # ran teams: the first parallel call there never returned.  A forked
+    # child runs every call on one thread; its results are the parent's
+    # bits (results do not depend on the thread count).
+    code = textwrap.dedent("""
+        import os, pickle, sys, numpy as np, fastnorm
+        fastnorm.set_num_threads(2)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((64, 20000)).astype(np.float32)
+        dy = rng.standard_normal(x.shape).astype(np.float32)
+        def calls():
+            y, m, r = fastnorm.layer_norm(x, return_stats=True)
+            return [fastnorm.mean_var(x, axis=0)[1], y, fastnorm.batch_norm(x, axis=0),
+                    fastnorm.layer_norm(x, axis=0), fastnorm.rms_norm(x),
+                    fastnorm.layer_norm_backward(dy, x, m, r)[0]]
+        parent = calls()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            with os.fdopen(write, "wb") as f:
+                pickle.dump((fastnorm.get_num_threads(), calls()), f)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            threads, child = pickle.load(f)
+        os.waitpid(pid, 0)
+        assert threads == 1, threads
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(parent, child))
+        assert fastnorm.get_num_threads() == 2
+        print("ok")
+    """)
+    done = run_python(code)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
