@@ -25,7 +25,7 @@
 
 from cython.parallel cimport parallel, prange
 from libc.math cimport fabs
-from libc.stdlib cimport malloc, calloc, free
+from _scratch cimport fn_calloc, fn_free, fn_malloc
 cimport numpy as cnp
 
 from _simd cimport *
@@ -168,14 +168,14 @@ cdef float* gamma_f32(const Grad* g, double* largest) noexcept nogil:
     magnitude; NULL when an entry does not fit float32 with room to spare,
     or on a failed allocation."""
     cdef const double* src = <const double*>(g.gamma - g.gshift)
-    cdef float* out = <float*>malloc(g.n_param * sizeof(float))
+    cdef float* out = <float*>fn_malloc(g.n_param * sizeof(float))
     cdef Py_ssize_t i
     largest[0] = 0.0
     if out == NULL:
         return NULL
     for i in range(g.n_param):
         if not tame(src[i]):
-            free(out)
+            fn_free(out)
             return NULL
         out[i] = <float>src[i]
         largest[0] = max(largest[0], fabs(src[i]))
@@ -651,7 +651,7 @@ cdef float* images_f32_coefs(const Grad* g, const double* ab) noexcept nogil:
     failed allocation)."""
     cdef const Layout* L = g.L
     cdef Py_ssize_t n = L.n_slices + 1, si
-    cdef float* k = <float*>calloc(4 * n, sizeof(float))
+    cdef float* k = <float*>fn_calloc(4 * n, sizeof(float))
     cdef float c[4]
     cdef Odometer s
     cdef double m, r
@@ -663,7 +663,7 @@ cdef float* images_f32_coefs(const Grad* g, const double* ab) noexcept nogil:
         r = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
         if not f32_coefs(m, r, r * (<const double*>(g.gamma + s.off[OP_G]))[0],
                          ab[2 * si], ab[2 * si + 1], c):
-            free(k)
+            fn_free(k)
             return NULL
         k[si] = c[0]
         k[n + si] = c[1]
@@ -679,7 +679,7 @@ cdef double* images_f64_coefs(const Grad* g, const double* ab) noexcept nogil:
     an array of n_slices + 1), or NULL on a failed allocation."""
     cdef const Layout* L = g.L
     cdef Py_ssize_t n = L.n_slices + 1, si
-    cdef double* k = <double*>calloc(4 * n, sizeof(double))
+    cdef double* k = <double*>fn_calloc(4 * n, sizeof(double))
     cdef Odometer s
     cdef double r
     if k == NULL:
@@ -705,7 +705,7 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef Py_ssize_t n_blocks = block_count(
         n_images, max(<Py_ssize_t>1, SLICE_BLOCK_BYTES // image_bytes),
         2 * g.n_param * <Py_ssize_t>sizeof(double))
-    cdef double* ab = <double*>malloc(2 * L.n_slices * sizeof(double))
+    cdef double* ab = <double*>fn_malloc(2 * L.n_slices * sizeof(double))
     cdef Odometer s
     cdef Sums acc
     cdef double gv
@@ -713,10 +713,10 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef double* k64
     g.per_block = (n_images + n_blocks - 1) // n_blocks
     g.n_blocks = (n_images + g.per_block - 1) // g.per_block
-    g.partial = <double*>calloc(2 * g.n_blocks * g.pstride, sizeof(double))
+    g.partial = <double*>fn_calloc(2 * g.n_blocks * g.pstride, sizeof(double))
     if g.partial == NULL or ab == NULL:
-        free(g.partial)
-        free(ab)
+        fn_free(g.partial)
+        fn_free(ab)
         return -1
     for i in prange(g.n_blocks, num_threads=min(<Py_ssize_t>nthreads, g.n_blocks),
                     schedule="dynamic"):
@@ -751,10 +751,10 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
             for i in prange(n_images, schedule="guided"):
                 image_dx(g, i, ab, ki, ko)
         fn_sfence()
-    free(g.partial)
-    free(ab)
-    free(k32)
-    free(k64)
+    fn_free(g.partial)
+    fn_free(ab)
+    fn_free(k32)
+    fn_free(k64)
     return 0
 
 
@@ -1156,7 +1156,7 @@ cdef void cols_folded_coefs(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept
         return
     if not cols_folded_fit(g, sizeof(in_t)):
         return
-    buf = malloc(4 * g.sstride * sizeof(in_t))
+    buf = fn_malloc(4 * g.sstride * sizeof(in_t))
     if buf == NULL:
         return
     if in_t is float:
@@ -1168,7 +1168,7 @@ cdef void cols_folded_coefs(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept
         for i in prange(g.L.n_slices, num_threads=nthreads, schedule="static"):
             n_bad += cols_coefs_f64(g, i)
     if n_bad:
-        free(buf)
+        fn_free(buf)
         g.c32 = NULL
         g.c64 = NULL
 
@@ -1282,16 +1282,16 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     g.c64 = NULL
     g.g32 = NULL
     g.g32_max = 0.0
-    g.partial = <double*>calloc(0 if g.slice_param else 2 * g.n_blocks * g.pstride,
+    g.partial = <double*>fn_calloc(0 if g.slice_param else 2 * g.n_blocks * g.pstride,
                                 sizeof(double))
     if g.partial == NULL and not g.slice_param:
         return -1
     if L.columns:
         g.n_groups = (L.n_slices // L.kept[L.n_kept - 1].size
                       * ((L.kept[L.n_kept - 1].size + COL_TILE - 1) // COL_TILE))
-        g.sums = <double*>malloc(2 * g.n_blocks * g.sstride * sizeof(double))
+        g.sums = <double*>fn_malloc(2 * g.n_blocks * g.sstride * sizeof(double))
         if g.sums == NULL:
-            free(g.partial)
+            fn_free(g.partial)
             return -1
     nthreads = min(<Py_ssize_t>nthreads, g.n_blocks)
     if L.columns:
@@ -1317,11 +1317,11 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
             slice_block(g, i, ki, ko)
     if not g.slice_param:
         add_partials(g, 0, g.n_param)
-    free(g.partial)
-    free(g.sums)
-    free(g.c32)
-    free(g.c64)
-    free(g.g32)
+    fn_free(g.partial)
+    fn_free(g.sums)
+    fn_free(g.c32)
+    fn_free(g.c64)
+    fn_free(g.g32)
     return 0
 
 

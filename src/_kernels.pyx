@@ -15,7 +15,7 @@
 # in a fixed order, so the thread count never changes a bit of the output.
 
 from cython.parallel cimport parallel, prange
-from libc.stdlib cimport calloc, malloc, free
+from _scratch cimport fn_calloc, fn_free, fn_malloc
 from libc.string cimport memcpy
 from libc.math cimport sqrt, fabs, NAN
 cimport numpy as cnp
@@ -455,7 +455,7 @@ cdef inline table_t* param_table(const Layout* L, int k, Py_ssize_t n,
     (table[n + j] = table[j mod n], for fn_normalize_rows_*); NULL if out of
     memory."""
     cdef Py_ssize_t i, step = L.red[L.n_red - 1].stride[k] // sizeof(double)
-    cdef table_t* out = <table_t*>malloc((n + WRAP) * sizeof(table_t))
+    cdef table_t* out = <table_t*>fn_malloc((n + WRAP) * sizeof(table_t))
     if out == NULL:
         return NULL
     for i in range(n):
@@ -545,10 +545,10 @@ cdef void plan_f64(SlicePlan* p) noexcept nogil:
 
 
 cdef inline void free_plan_f32(SlicePlan* p) noexcept nogil:
-    free(p.g32)
-    free(p.b32)
-    free(p.g64)
-    free(p.b64)
+    fn_free(p.g32)
+    fn_free(p.b32)
+    fn_free(p.g64)
+    fn_free(p.b64)
 
 
 cdef inline void prefetch_slice(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
@@ -823,11 +823,11 @@ cdef int interleaved_coefs(const SlicePlan* p, int nthreads, Coef* coefs,
             odo_next(&s, L.kept, L.n_kept)
         return 0
     n_blocks = (p.n_runs + per_block - 1) // per_block
-    pivots = <double*>malloc(n * sizeof(double))
-    blocks = <Moments*>malloc(n_blocks * n * sizeof(Moments))
+    pivots = <double*>fn_malloc(n * sizeof(double))
+    blocks = <Moments*>fn_malloc(n_blocks * n * sizeof(Moments))
     if pivots == NULL or blocks == NULL:
-        free(pivots)
-        free(blocks)
+        fn_free(pivots)
+        fn_free(blocks)
         return -1
     for si in range(n):
         pivots[si] = slice_pivot(p, &s, ki)
@@ -842,8 +842,8 @@ cdef int interleaved_coefs(const SlicePlan* p, int nthreads, Coef* coefs,
             interleaved_block_stats(p, i, per_block, pivots, blocks + i * n, ki)
         for i in range(n):
             interleaved_finish(p, i, n_blocks, pivots, blocks, coefs)
-    free(pivots)
-    free(blocks)
+    fn_free(pivots)
+    fn_free(blocks)
     return 0
 
 
@@ -932,7 +932,7 @@ cdef void slice_output(const SlicePlan* p, Py_ssize_t si, Coef c, in_t* ki,
 cdef int images_f64(const SlicePlan* p, int nthreads, const Coef* coefs) noexcept nogil:
     """The float64 output image by image (fn_affine_rows_f64)."""
     cdef Py_ssize_t n = p.L.n_slices + 1, i
-    cdef double* k = <double*>calloc(3 * n, sizeof(double))
+    cdef double* k = <double*>fn_calloc(3 * n, sizeof(double))
     if k == NULL:
         return -1
     fold_f64(p, coefs, k, k + n, k + 2 * n)
@@ -940,7 +940,7 @@ cdef int images_f64(const SlicePlan* p, int nthreads, const Coef* coefs) noexcep
         for i in prange(p.n_runs, schedule="guided"):
             interleaved_image_f64(p, i, k)
         fn_sfence()
-    free(k)
+    fn_free(k)
     return 0
 
 
@@ -950,13 +950,13 @@ cdef int images_f32(const SlicePlan* p, int nthreads, const Coef* coefs, in_t* k
     bias folded into the coefficients, tables of ones and zeros along the
     run); slice by slice where float32 cannot hold a slice's coefficients."""
     cdef Py_ssize_t n = p.L.n_slices, i
-    cdef float* m32 = <float*>malloc(3 * n * sizeof(float))
-    cdef float* ones = <float*>malloc(2 * (p.run_len + WRAP) * sizeof(float))
+    cdef float* m32 = <float*>fn_malloc(3 * n * sizeof(float))
+    cdef float* ones = <float*>fn_malloc(2 * (p.run_len + WRAP) * sizeof(float))
     cdef float* zeros
     cdef bint ok
     if m32 == NULL or ones == NULL:
-        free(m32)
-        free(ones)
+        fn_free(m32)
+        fn_free(ones)
         return -1
     zeros = ones + p.run_len + WRAP
     for i in range(p.run_len + WRAP):
@@ -971,8 +971,8 @@ cdef int images_f32(const SlicePlan* p, int nthreads, const Coef* coefs, in_t* k
             for i in prange(n, schedule="guided"):
                 slice_output(p, i, coefs[i], ki, ko)
         fn_sfence()
-    free(m32)
-    free(ones)
+    fn_free(m32)
+    fn_free(ones)
     return 0
 
 
@@ -983,14 +983,14 @@ cdef int interleaved_kernel(const SlicePlan* p, int nthreads, in_t* ki,
     run, read and written in address order.  Slice by slice, every image
     was a stream of its own, read twice: batch norm over (64, 512, 14, 14)
     took 3.1x a copy of its bytes with the statistics given."""
-    cdef Coef* coefs = <Coef*>malloc(p.L.n_slices * sizeof(Coef))
+    cdef Coef* coefs = <Coef*>fn_malloc(p.L.n_slices * sizeof(Coef))
     cdef int rc = -1
     if coefs != NULL and interleaved_coefs(p, nthreads, coefs, ki) == 0:
         if in_t is double and out_t is double:
             rc = images_f64(p, nthreads, coefs)
         else:
             rc = images_f32(p, nthreads, coefs, ki, ko)
-    free(coefs)
+    fn_free(coefs)
     return rc
 
 
@@ -1347,14 +1347,14 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     # ways give the same bits.
     per_slice = p.n_runs * p.n_chunks
     n_items = L.n_slices * per_slice
-    p.coefs = <Coef*>malloc(L.n_slices * sizeof(Coef))
+    p.coefs = <Coef*>fn_malloc(L.n_slices * sizeof(Coef))
     if p.coefs == NULL:
         free_plan_f32(&p)
         return -1
     if mode != MODE_GIVEN:
-        p.blocks = <Moments*>malloc(n_items * sizeof(Moments))
+        p.blocks = <Moments*>fn_malloc(n_items * sizeof(Moments))
         if p.blocks == NULL:
-            free(p.coefs)
+            fn_free(p.coefs)
             free_plan_f32(&p)
             return -1
         for si in range(L.n_slices):
@@ -1374,8 +1374,8 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     if has_y:
         for i in prange(n_items, num_threads=nthreads, schedule="guided"):
             slice_item_normalize(&p, i, ki, ko)
-    free(p.blocks)
-    free(p.coefs)
+    fn_free(p.blocks)
+    fn_free(p.coefs)
     free_plan_f32(&p)
     return 0
 
@@ -2083,22 +2083,22 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
         plan_columns_f32(&p, has_y)
         p.periodic = p.f32 and runs
     if runs and not p.periodic and p.n_outer == 1:
-        p.per = <double*>malloc(4 * (p.n_cols + FN_W) * sizeof(double))
+        p.per = <double*>fn_malloc(4 * (p.n_cols + FN_W) * sizeof(double))
         if p.per == NULL:
             return -1
-    p.coef = <double*>malloc(p.n_groups * COEF_STRIDE * sizeof(double))
+    p.coef = <double*>fn_malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if p.state == NULL and mode != MODE_GIVEN:
-        p.state = <double*>malloc(n_items * p.state_stride * sizeof(double))
+        p.state = <double*>fn_malloc(n_items * p.state_stride * sizeof(double))
     if p.f32:
-        p.coef32 = <float*>malloc(p.n_groups * COEF32_STRIDE * sizeof(float))
-        p.ok32 = <char*>malloc(p.n_groups)
+        p.coef32 = <float*>fn_malloc(p.n_groups * COEF32_STRIDE * sizeof(float))
+        p.ok32 = <char*>fn_malloc(p.n_groups)
     if (p.coef == NULL or (mode != MODE_GIVEN and p.state == NULL)
             or (p.f32 and (p.coef32 == NULL or p.ok32 == NULL))):
-        free(p.per)
-        free(p.coef)
-        free(p.state)
-        free(p.coef32)
-        free(p.ok32)
+        fn_free(p.per)
+        fn_free(p.coef)
+        fn_free(p.state)
+        fn_free(p.coef32)
+        fn_free(p.ok32)
         return -1
     if nthreads > 1:
         # One team for the statistics, folded and finished (each loop ends
@@ -2138,11 +2138,11 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
         if has_y:
             for i in range(n_out_items):
                 column_rows_normalize(&p, n_out_items - 1 - i if L.descend else i, ki, ko)
-    free(p.state)
-    free(p.coef)
-    free(p.coef32)
-    free(p.ok32)
-    free(p.per)
+    fn_free(p.state)
+    fn_free(p.coef)
+    fn_free(p.coef32)
+    fn_free(p.ok32)
+    fn_free(p.per)
     return 0
 
 

@@ -140,3 +140,45 @@ def test_in_place_calls_on_private_arrays_from_many_threads(shared):
         for y, x in pool.map(worker, range(2 * N_THREADS), timeout=600):
             assert_bitwise(y, serial["layer_norm"][0])
             assert_bitwise(x, serial["layer_norm"][0])
+
+
+def test_scratch_kept_between_calls_of_other_sizes_and_threads():
+    # The kernels keep scratch blocks of 64 KiB or more from one call for
+    # the next (fastnorm_scratch.h).  Calls of shapes whose scratch differs
+    # (columns of a wide matrix, of a narrow one; gradients, whose sums
+    # start from zeroed scratch), from many threads at once and one after
+    # another, must each get the float64 reference's values.
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(shape) * 3 + 1 for shape in ((64, 20000), (300, 700), (16, 70000))]
+    dys = [rng.standard_normal(x.shape) for x in xs]
+
+    def reference(i):
+        x, dy = xs[i], dys[i]
+        mean, var = x.mean(axis=0), x.var(axis=0)
+        r = 1 / np.sqrt(var + 1e-5)
+        xh = (x - mean) * r
+        dx = r * (dy - dy.mean(axis=0) - xh * (dy * xh).mean(axis=0))
+        return mean, var, xh, dx, (dy * xh).sum(axis=0)
+
+    refs = [reference(i) for i in range(len(xs))]
+
+    def one(k):
+        i = k % len(xs)
+        x, dy = xs[i], dys[i]
+        mean, var = fastnorm.mean_var(x.astype(np.float32) if k % 2 else x, axis=0)
+        y, m, r = fastnorm.batch_norm(x, axis=0, return_stats=True)
+        dx, dg, db = fastnorm.batch_norm_backward(dy, x, m, r, axis=0)
+        ref_mean, ref_var, ref_y, ref_dx, ref_dg = refs[i]
+        tol = 1e-5 if k % 2 else 1e-10
+        np.testing.assert_allclose(mean, ref_mean, rtol=tol, atol=tol)
+        np.testing.assert_allclose(var, ref_var, rtol=tol, atol=tol)
+        np.testing.assert_allclose(y, ref_y, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(dx, ref_dx, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(dg, ref_dg, rtol=1e-9, atol=1e-8)
+        np.testing.assert_allclose(db, dy.sum(axis=0), rtol=1e-9, atol=1e-8)
+        return k
+
+    for k in range(6):
+        one(k)
+    with ThreadPoolExecutor(N_THREADS) as pool:
+        assert sorted(pool.map(one, range(4 * N_THREADS))) == list(range(4 * N_THREADS))

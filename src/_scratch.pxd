@@ -1,0 +1,7 @@
+# Scratch memory kept from one call to the next (see fastnorm_scratch.h):
+# the kernels' malloc, calloc and free.
+
+cdef extern from "fastnorm_scratch.h" nogil:
+    void* fn_malloc(size_t size)
+    void* fn_calloc(size_t count, size_t size)
+    void fn_free(void* p)
