@@ -37,6 +37,7 @@ def _after_fork_in_child():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _OPENMP = _dispatch.kernels.build_info()["openmp"]  # the same for every SIMD level
 
 
