@@ -41,7 +41,6 @@ typedef struct {
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__unix__)
 #include <pthread.h>
-#define FN_KEEP 1
 static fn_block *fn_kept[FN_KEEP_BLOCKS];
 static size_t fn_kept_bytes;
 static int fn_kept_lock;
@@ -104,7 +103,6 @@ static inline int fn_keep(fn_block *b)
     return kept;
 }
 #else
-#define FN_KEEP 0
 static inline fn_block *fn_take_kept(size_t size) { (void)size; return NULL; }
 static inline int fn_keep(fn_block *b) { (void)b; return 0; }
 #endif
