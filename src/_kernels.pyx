@@ -371,6 +371,9 @@ cdef struct SlicePlan:
     bint rows_f64             # the same for float64 data and output...
     double* g64               # ...with gamma and beta as tables along the
     double* b64               # run (param_table's layout)
+    const char* x_end         # slices one contiguous block of x read upwards,
+                              # slice after slice: its end (the statistics
+                              # fetch ahead across slices); else NULL
 
 
 cdef inline const char* run_start(const SlicePlan* p, const Odometer* s, const Odometer* r, int k) noexcept nogil:
@@ -384,15 +387,21 @@ cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) 
 
 
 cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const Odometer* r,
-                                  Py_ssize_t b, double pivot, in_t* ki) noexcept nogil:
+                                  Py_ssize_t b, double pivot, const char* ahead_end,
+                                  in_t* ki) noexcept nogil:
+    """The moments of block b of run r of slice s; contiguous data fetches
+    ahead up to ahead_end (NULL: to the end of the run)."""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     cdef Py_ssize_t start = b * CHUNK
     cdef Py_ssize_t n = min(<Py_ssize_t>CHUNK, p.run_len - start)
+    cdef const char* run = run_start(p, s, r, OP_X)
+    if ahead_end == NULL:
+        ahead_end = run + p.run_len * inner.stride[OP_X]
     if p.mode == MODE_RMS:
-        return square_sums(run_start(p, s, r, OP_X) + start * inner.stride[OP_X],
-                           inner.stride[OP_X], n, ki)
-    return run_moments(run_start(p, s, r, OP_X) + start * inner.stride[OP_X],
-                       inner.stride[OP_X], n, pivot, ki)
+        return square_sums(run + start * inner.stride[OP_X], inner.stride[OP_X], n,
+                           ahead_end, ki)
+    return run_moments(run + start * inner.stride[OP_X], inner.stride[OP_X], n, pivot,
+                       ahead_end, ki)
 
 
 cdef inline bint normalize_f32(const SlicePlan* p, const Odometer* s, const Odometer* r,
@@ -663,7 +672,7 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
             if run_ahead > 0:
                 prefetch_run(p, &s_next, &r, run_ahead)
             for b in range(p.n_chunks):
-                m = block_moments(p, s, &r, b, pivot, ki)
+                m = block_moments(p, s, &r, b, pivot, p.x_end, ki)
                 moments_merge(&acc, &m)
             odo_next(&r, L.red, L.n_red - 1)
     return finish(acc, pivot, p.mode, p.eps, L, s.off[OP_S])
@@ -783,7 +792,8 @@ cdef void interleaved_block_stats(const SlicePlan* p, Py_ssize_t blk, Py_ssize_t
             odo_init(&s, L.kept, L.n_kept, 0)
             for si in range(L.n_slices):
                 for b in range(p.n_chunks):
-                    m = block_moments(p, &s, &r, b, pivots[si], ki)
+                    # an image's runs follow each other
+                    m = block_moments(p, &s, &r, b, pivots[si], x + L.n_slices * row_bytes, ki)
                     moments_merge(&acc[si], &m)
                 odo_next(&s, L.kept, L.n_kept)
         odo_next(&r, L.red, L.n_red - 1)
@@ -1238,7 +1248,7 @@ cdef void slice_item_stats(const SlicePlan* p, Py_ssize_t item, in_t* ki) noexce
     cdef Py_ssize_t si = item // per_slice, rest = item % per_slice
     odo_init(&s, p.L.kept, p.L.n_kept, si)
     odo_init(&r, p.L.red, p.L.n_red - 1, rest // p.n_chunks)
-    p.blocks[item] = block_moments(p, &s, &r, rest % p.n_chunks, p.coefs[si].pivot, ki)
+    p.blocks[item] = block_moments(p, &s, &r, rest % p.n_chunks, p.coefs[si].pivot, NULL, ki)
 
 
 cdef void slice_item_normalize(const SlicePlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
@@ -1263,6 +1273,22 @@ cdef inline void short_item(const SlicePlan* p, int way, Py_ssize_t i, in_t* ki,
         short_rows(p, first, count, ki, ko)
     else:
         short_slices(p, first, count, ki, ko)
+
+
+cdef const char* contiguous_end(const Layout* L, Py_ssize_t n_runs, in_t* ki) noexcept nogil:
+    """The end of x when its slices are single runs that follow each other
+    in memory and are taken upwards (C-ordered rows; not into a fresh y,
+    which goes last slice first), else NULL."""
+    cdef Py_ssize_t extent
+    cdef int a
+    if n_runs != 1 or L.descend or L.red[L.n_red - 1].stride[OP_X] != sizeof(in_t):
+        return NULL
+    extent = L.red[L.n_red - 1].size * <Py_ssize_t>sizeof(in_t)
+    for a in range(L.n_kept - 1, -1, -1):
+        if L.kept[a].stride[OP_X] != extent:
+            return NULL
+        extent = extent * L.kept[a].size
+    return L.base[OP_X] + extent
 
 
 cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nthreads,
@@ -1295,6 +1321,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     p.rows_f64 = False
     p.g64 = NULL
     p.b64 = NULL
+    p.x_end = contiguous_end(L, p.n_runs, ki)
     if in_t is float and out_t is float:
         plan_f32(&p)
     if in_t is double and out_t is double:

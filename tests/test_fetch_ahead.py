@@ -1,0 +1,99 @@
+"""The statistics loops over contiguous data fetch a few KiB ahead of what
+they read (STATS_AHEAD in src/_moments.pxd): across rows when x's rows
+follow each other and are taken upwards, across the runs of an image in
+the image-by-image pass, else within the run.  Fetching changes no value,
+so these tests check the values of every way in against the float64
+reference, with x placed so that its last byte is the last readable byte
+of its memory (a page the process may not touch follows it): a read past
+what the caller knows comes next would crash the test.
+"""
+import ctypes
+import mmap
+
+import numpy as np
+import pytest
+
+import fastnorm
+from reference import assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm
+
+PAGE = mmap.PAGESIZE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_keep = []     # the mappings stay alive as long as the arrays in them
+
+
+def at_the_end_of_memory(values):
+    """A copy of `values` (C order) whose last byte is followed by a page
+    that cannot be read."""
+    nbytes = values.nbytes
+    span = -(-nbytes // PAGE) * PAGE
+    buf = mmap.mmap(-1, span + PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    if _libc.mprotect(base + span, PAGE, 0) != 0:       # PROT_NONE
+        pytest.skip(f"mprotect failed (errno {ctypes.get_errno()})")
+    _keep.append(buf)
+    out = np.frombuffer(buf, dtype=values.dtype, count=values.size,
+                        offset=span - nbytes).reshape(values.shape)
+    out[...] = values
+    return out
+
+
+def data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return (1e3 + rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def tol(dtype):
+    return {np.float16: 4e-3, np.float32: 2e-6, np.float64: 1e-12}[dtype]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 2048, 4096 + 17, 3 * 4096])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_contiguous_rows_fetch_ahead_across_rows(dtype, n, threads):
+    x = at_the_end_of_memory(data((37, n), dtype))
+    fastnorm.set_num_threads(threads)
+    try:
+        mean, var = fastnorm.mean_var(x, axis=-1, keepdims=True)
+        y = np.empty_like(x)
+        fastnorm.layer_norm(x, axis=-1, out=y)
+        fresh = fastnorm.layer_norm(x, axis=-1)
+        rms = fastnorm.rms_norm(x, axis=-1)
+    finally:
+        fastnorm.set_num_threads(None)
+    ref_mean, ref_var, _ = ref_mean_var(x, (1,))
+    assert_close(mean, ref_mean, tol(dtype) * (1 + np.abs(ref_mean)), "mean")
+    assert_close(var, ref_var, 4 * tol(dtype) * ref_var + 1e-30, "var")
+    ref_y = ref_layer_norm(x, (1,))[0]
+    assert_close(y, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm out=")
+    assert_close(fresh, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm fresh")
+    ref_r = ref_rms_norm(x, (1,))[0]
+    assert_close(rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "rms_norm")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["rows apart", "reversed rows", "last axes", "long runs",
+                                  "image by image"])
+def test_other_layouts_fetch_within_what_comes_next(dtype, case):
+    if case == "rows apart":          # each row a run of its own, then a gap
+        x = at_the_end_of_memory(data((40, 3000), dtype))[:, :2990]
+        axes = (1,)
+    elif case == "reversed rows":     # rows taken downwards
+        x = at_the_end_of_memory(data((40, 3000), dtype))[::-1]
+        axes = (1,)
+    elif case == "last axes":         # (196, 768) slices, each one run
+        x = at_the_end_of_memory(data((6, 49, 768), dtype))
+        axes = (1, 2)
+    elif case == "long runs":         # NCHW maps too long for the image pass
+        x = at_the_end_of_memory(data((3, 5, 64, 64), dtype))
+        axes = (0, 2, 3)
+    else:                             # NCHW maps of 1-8 KiB: the image pass
+        x = at_the_end_of_memory(data((4, 6, 30, 30), dtype))
+        axes = (0, 2, 3)
+    mean, var = fastnorm.mean_var(x, axis=axes, keepdims=True)
+    y = fastnorm.layer_norm(x, axis=axes)
+    ref_mean, ref_var, _ = ref_mean_var(x, axes)
+    assert_close(mean, ref_mean, tol(dtype) * (1 + np.abs(ref_mean)), "mean")
+    assert_close(var, ref_var, 4 * tol(dtype) * ref_var, "var")
+    ref_y = ref_layer_norm(x, axes)[0]
+    assert_close(y, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm")
