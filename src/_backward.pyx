@@ -281,8 +281,10 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
                         const char* x_ahead, const char* dy_ahead,
                         in_t* ki, out_t* ko) noexcept nogil:
     """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b); with
-    `stream`, aligned vectors of dx bypass the cache.  g32: this run's gamma
-    in float32 (when it varies along the run), or NULL."""
+    `stream`, aligned vectors of dx bypass the cache, and x_ahead, dy_ahead
+    (or NULL), the next run's, are fetched into L1 a line per line written
+    (see fn_grad_run_f32).  g32: this run's gamma in float32 (when it
+    varies along the run), or NULL."""
     cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b)
     cdef float k[4]
     cdef float gr
@@ -320,8 +322,8 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
         if stream:
             while i + FN_W <= n:
                 if x_ahead != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
-                    fn_prefetch_l2(x_ahead + i * sizeof(in_t))
-                    fn_prefetch_l2(dy_ahead + i * sizeof(in_t))
+                    fn_prefetch(x_ahead + i * sizeof(in_t))
+                    fn_prefetch(dy_ahead + i * sizeof(in_t))
                 vstream(<out_t*>(dxp + i * sdx),
                         dx_vec(xp + i * sx, dyp + i * sdy, gv, vm, vr, va, vb, c1, c0, ki))
                 gv = gv + step
