@@ -784,6 +784,9 @@ cdef void interleaved_block_stats(const SlicePlan* p, Py_ssize_t blk, Py_ssize_t
                 for l in range(FN_W):
                     rows[l] = x + (si + min(l, lanes - 1)) * row_bytes
                     piv[l] = pivots[si + min(l, lanes - 1)]
+                # (batch_norm over (256, 512, 7, 7), one thread, time / a
+                # copy: float64 2.07 -> 1.79, float32 2.52 -> 2.45)
+                fetch_ahead_of(rows[0], lanes * row_bytes, x + L.n_slices * row_bytes)
                 rows_moments(rows, n, piv, mean, m2, ki)
                 for l in range(lanes):
                     merge_run(&acc[si + l], rows[l], n, mean[l], m2[l], piv[l], ki)

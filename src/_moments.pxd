@@ -96,6 +96,14 @@ cdef inline void fetch_step(const char* p, Py_ssize_t step_bytes) noexcept nogil
         fn_prefetch(p + off)
 
 
+cdef inline void fetch_ahead_of(const char* p, Py_ssize_t nbytes, const char* end) noexcept nogil:
+    """Fetch the nbytes STATS_AHEAD bytes on from p, those before end."""
+    cdef const char* q = p + STATS_AHEAD
+    cdef Py_ssize_t off
+    for off in range(0, min(nbytes, <Py_ssize_t>(end - q)), 64):
+        fn_prefetch(q + off)
+
+
 cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t steps,
                                double pivot, const char* ahead_end, in_t* kind) noexcept nogil:
     """FN_NV * FN_W Welford lanes over steps * FN_NV * FN_W values of x - pivot
