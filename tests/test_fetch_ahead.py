@@ -73,7 +73,7 @@ def test_contiguous_rows_fetch_ahead_across_rows(dtype, n, threads):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", ["rows apart", "reversed rows", "last axes", "long runs",
-                                  "image by image"])
+                                  "image by image", "short runs image by image"])
 def test_other_layouts_fetch_within_what_comes_next(dtype, case):
     if case == "rows apart":          # each row a run of its own, then a gap
         x = at_the_end_of_memory(data((40, 3000), dtype))[:, :2990]
@@ -87,8 +87,11 @@ def test_other_layouts_fetch_within_what_comes_next(dtype, case):
     elif case == "long runs":         # NCHW maps too long for the image pass
         x = at_the_end_of_memory(data((3, 5, 64, 64), dtype))
         axes = (0, 2, 3)
-    else:                             # NCHW maps of 1-8 KiB: the image pass
+    elif case == "image by image":    # NCHW maps of 1-8 KiB: the image pass
         x = at_the_end_of_memory(data((4, 6, 30, 30), dtype))
+        axes = (0, 2, 3)
+    else:                             # maps of at most 1 KiB, 8 at a time
+        x = at_the_end_of_memory(data((5, 43, 7, 7), dtype))
         axes = (0, 2, 3)
     mean, var = fastnorm.mean_var(x, axis=axes, keepdims=True)
     y = fastnorm.layer_norm(x, axis=axes)
