@@ -444,9 +444,13 @@ cdef inline void normalize_block(const SlicePlan* p, const Odometer* s, const Od
     prefetched as they are written, `down` writes them last first."""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     if in_t is float and out_t is float:
-        # Upwards the hardware prefetchers follow the float32 pass alone.
+        # Upwards, single runs (rows, read once already by their statistics)
+        # go without; a slice of several runs (the maps of an NCHW channel)
+        # fetches FN_AHEAD_F32 values ahead, into the next run (`ahead`):
+        # batch_norm eval over (64, 64, 56, 56), one thread, time / a copy,
+        # float32 1.17 -> 0.70 and 1.13 -> 0.73.
         if p.f32 and normalize_f32(p, s, r, start, n, c, down,
-                                   ahead if down else NULL):
+                                   ahead if down or p.n_runs > 1 else NULL):
             return
     normalize_run(run_start(p, s, r, OP_X) + start * inner.stride[OP_X], inner.stride[OP_X],
                   <char*>run_start(p, s, r, OP_Y) + start * inner.stride[OP_Y], inner.stride[OP_Y],
@@ -728,11 +732,19 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
                 ahead = L.base[OP_X] + s.off[OP_X] + r_next.off[OP_X]
             normalize_block(p, &s, &r, 0, p.run_len, c, ahead, True, ki, ko)
         return
+    if p.n_runs > 1 and ahead == NULL and 0 <= nxt < L.n_slices:
+        ahead = L.base[OP_X] + s_next.off[OP_X]      # the next slice's first run
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(p.n_runs):
         if run_ahead > 0:
             prefetch_run(p, &s_next, &r, run_ahead)
-        normalize_block(p, &s, &r, 0, p.run_len, c, ahead, down, ki, ko)
+        if p.n_runs > 1 and ri + 1 < p.n_runs:
+            r_next = r
+            odo_next(&r_next, L.red, L.n_red - 1)
+            normalize_block(p, &s, &r, 0, p.run_len, c, run_start(p, &s, &r_next, OP_X),
+                            down, ki, ko)
+        else:
+            normalize_block(p, &s, &r, 0, p.run_len, c, ahead, down, ki, ko)
         odo_next(&r, L.red, L.n_red - 1)
 
 

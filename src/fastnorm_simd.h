@@ -418,6 +418,9 @@ static inline void fn_normalize_vector_f32(const float *x, float *y, const float
 }
 #endif
 
+/* Values ahead of the float32 pass upwards that it fetches (8 KiB). */
+#define FN_AHEAD_F32 2048
+
 static inline void fn_normalize_f32(const float *x, float *y, const float *g, ptrdiff_t g_inc,
                                     const float *b, ptrdiff_t b_inc, ptrdiff_t n,
                                     float m, float s, float e, int stream, int down,
@@ -445,8 +448,17 @@ static inline void fn_normalize_f32(const float *x, float *y, const float *g, pt
     }
     for (; i < head; i++)
         y[i] = fn_normalized_f32(x, g, g_inc, b, b_inc, i, m, s, e);
-    for (; i < body; i += FN_WF)
+    for (; i < body; i += FN_WF) {
+        if (ahead != NULL && i % 16 < FN_WF) {
+            /* FN_AHEAD_F32 values on: in this run, else in the next one */
+            ptrdiff_t at = i + FN_AHEAD_F32;
+            if (at < n)
+                fn_prefetch(x + at);
+            else if (at - n < n)
+                fn_prefetch(ahead + (at - n) * sizeof(float));
+        }
         fn_normalize_vector_f32(x, y, g, g_inc, b, b_inc, i, vm, vs, ve, g0, b0, stream);
+    }
 #endif
     (void)down;
     (void)ahead;

@@ -100,3 +100,24 @@ def test_other_layouts_fetch_within_what_comes_next(dtype, case):
     assert_close(var, ref_var, 4 * tol(dtype) * ref_var, "var")
     ref_y = ref_layer_norm(x, axes)[0]
     assert_close(y, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm")
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["out", "fresh"])
+@pytest.mark.parametrize("maps", [(64, 64), (45, 57), "cropped"])
+def test_eval_maps_fetch_into_the_next_run(maps, fresh):
+    # float32 maps that do not go image by image (too long, or rows of a
+    # map apart): each run fetches ahead into the run after it, the last run
+    # of a channel into the next channel's first, the last channel's last
+    # run nothing, and never further than the next run's end.
+    if maps == "cropped":
+        x = at_the_end_of_memory(data((3, 5, 30, 31), np.float32))[..., :30]
+    else:
+        x = at_the_end_of_memory(data((3, 5) + maps, np.float32))
+    rng = np.random.default_rng(2)
+    mean = rng.uniform(990.0, 1010.0, 5)
+    var = rng.uniform(1.0, 20.0, 5)
+    y = None if fresh else np.empty_like(x)
+    y = fastnorm.batch_norm(x, running_mean=mean.copy(), running_var=var.copy(),
+                            training=False, out=y)
+    ref = (x.astype(np.float64) - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5)
+    assert_close(y, ref, 8 * tol(np.float32) * (1 + np.abs(ref)), "batch_norm eval")
