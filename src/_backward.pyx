@@ -282,9 +282,9 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
                         in_t* ki, out_t* ko) noexcept nogil:
     """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b); with
     `stream`, aligned vectors of dx bypass the cache, and x_ahead, dy_ahead
-    (or NULL), the next run's, are fetched into L1 a line per line written
-    (see fn_grad_run_f32).  g32: this run's gamma in float32 (when it
-    varies along the run), or NULL."""
+    (or NULL), the next run's, are fetched a line per line written (here
+    into L1; float32 runs: see fn_grad_run_f32).  g32: this run's gamma in
+    float32 (when it varies along the run), or NULL."""
     cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b)
     cdef float k[4]
     cdef float gr
