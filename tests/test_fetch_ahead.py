@@ -103,7 +103,7 @@ def test_other_layouts_fetch_within_what_comes_next(dtype, case):
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["out", "fresh"])
-@pytest.mark.parametrize("maps", [(64, 64), (45, 57), "cropped"])
+@pytest.mark.parametrize("maps", [(64, 64), (45, 57), "cropped", "cropped 6 KiB"])
 def test_eval_maps_fetch_into_the_next_run(maps, fresh):
     # float32 maps that do not go image by image (too long, or rows of a
     # map apart): each run fetches ahead into the run after it, the last run
@@ -111,6 +111,8 @@ def test_eval_maps_fetch_into_the_next_run(maps, fresh):
     # run nothing, and never further than the next run's end.
     if maps == "cropped":
         x = at_the_end_of_memory(data((3, 5, 30, 31), np.float32))[..., :30]
+    elif maps == "cropped 6 KiB":     # runs shorter than the distance fetched
+        x = at_the_end_of_memory(data((3, 5, 2, 1501), np.float32))[..., :1500]
     else:
         x = at_the_end_of_memory(data((3, 5) + maps, np.float32))
     rng = np.random.default_rng(2)
