@@ -1517,12 +1517,6 @@ cdef inline const char* col_ptr(const ColumnPlan* p, const Tile* t, const Odomet
     return p.L.base[k] + t.outer.off[k] + row.off[k] + t.c0 * vec.stride[k]
 
 
-cdef inline void prefetch_segment(const char* p, Py_ssize_t nbytes) noexcept nogil:
-    cdef Py_ssize_t off
-    for off in range(0, nbytes, 64):
-        fn_prefetch(p + off)
-
-
 cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcept nogil:
     """Each column's pivot (float64; 0 for float16/float32) and, for
     float16/float32, the centre of its shifted sums (strip_welford): the
@@ -1724,7 +1718,7 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
                     fold_sums(&t, k - done, done, mean, m2, run_mean, run_m2)
                     done = k
             if p.prefetch:
-                prefetch_segment(col_ptr(p, &t, &ahead_row, OP_X),
+                fetch_lines(col_ptr(p, &t, &ahead_row, OP_X),
                                  t.width * p.L.kept[p.L.n_kept - 1].stride[OP_X])
                 odo_next(&ahead_row, p.L.red, p.L.n_red)
             column_rows_stats(p, &t, col_ptr(p, &t, &row, OP_X), 0, 1, k, 0, mean, m2, ki)
@@ -1996,7 +1990,7 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
         n = min(<Py_ssize_t>OUT_ROWS, nr - k0)
         if p.prefetch:
             for k in range(n):
-                prefetch_segment(p.L.base[OP_X] + t.outer.off[OP_X] + ahead.off[OP_X], row_bytes)
+                fetch_lines(p.L.base[OP_X] + t.outer.off[OP_X] + ahead.off[OP_X], row_bytes)
                 odo_next(ahead, p.L.red, p.L.n_red)
         for j in range(p.n_tiles):
             if p.n_tiles > 1:
@@ -2066,7 +2060,7 @@ cdef void column_rows_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
             return
     for k in range(nr):
         if p.prefetch:
-            prefetch_segment(p.L.base[OP_X] + t.outer.off[OP_X] + ahead.off[OP_X], row_bytes)
+            fetch_lines(p.L.base[OP_X] + t.outer.off[OP_X] + ahead.off[OP_X], row_bytes)
             odo_next(&ahead, p.L.red, p.L.n_red)
         for j in range(p.n_tiles):
             if p.n_tiles > 1:

@@ -91,18 +91,17 @@ cdef inline Py_ssize_t ahead_steps(const char* x, Py_ssize_t stride, Py_ssize_t 
     return min(steps, (ahead_end - first) // step_bytes)
 
 
-cdef inline void fetch_step(const char* p, Py_ssize_t step_bytes) noexcept nogil:
+cdef inline void fetch_lines(const char* p, Py_ssize_t nbytes) noexcept nogil:
+    """Ask for the cache lines of nbytes from p (into L1)."""
     cdef Py_ssize_t off
-    for off in range(0, step_bytes, 64):
+    for off in range(0, nbytes, 64):
         fn_prefetch(p + off)
 
 
 cdef inline void fetch_ahead_of(const char* p, Py_ssize_t nbytes, const char* end) noexcept nogil:
     """Fetch the nbytes STATS_AHEAD bytes on from p, those before end."""
     cdef const char* q = p + STATS_AHEAD
-    cdef Py_ssize_t off
-    for off in range(0, min(nbytes, <Py_ssize_t>(end - q)), 64):
-        fn_prefetch(q + off)
+    fetch_lines(q, min(nbytes, <Py_ssize_t>(end - q)))
 
 
 cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t steps,
@@ -132,7 +131,7 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
         r = fn_set1(shift)
         for j in range(steps):
             if j < fetching:
-                fetch_step(x + j * step_bytes + STATS_AHEAD, step_bytes)
+                fetch_lines(x + j * step_bytes + STATS_AHEAD, step_bytes)
             for v in range(FN_NV):
                 d = fn_sub(vload(x + (j * lanes + v * FN_W) * stride, stride, kind), r)
                 mean[v] = fn_add(mean[v], d)
@@ -140,7 +139,7 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
     else:
         for j in range(steps):
             if j < fetching:
-                fetch_step(x + j * step_bytes + STATS_AHEAD, step_bytes)
+                fetch_lines(x + j * step_bytes + STATS_AHEAD, step_bytes)
             r = fn_set1(1.0 / <double>(j + 1))
             for v in range(FN_NV):
                 welford_step(shifted(vload(x + (j * lanes + v * FN_W) * stride, stride, kind),
@@ -320,7 +319,7 @@ cdef inline Moments square_sums(const char* x, Py_ssize_t stride, Py_ssize_t n,
         acc[k] = fn_zero()
     while i + step <= n:
         if i < fetching * step:
-            fetch_step(x + i * sizeof(in_t) + STATS_AHEAD, step_bytes)
+            fetch_lines(x + i * sizeof(in_t) + STATS_AHEAD, step_bytes)
         for k in range(FN_NV):
             v = vload(x + (i + k * FN_W) * stride, stride, kind)
             acc[k] = fn_fma(v, v, acc[k])
