@@ -1,11 +1,13 @@
-"""The statistics loops over contiguous data fetch a few KiB ahead of what
-they read (STATS_AHEAD in src/_moments.pxd): across rows when x's rows
-follow each other and are taken upwards, across the runs of an image in
-the image-by-image pass, else within the run.  Fetching changes no value,
-so these tests check the values of every way in against the float64
-reference, with x placed so that its last byte is the last readable byte
-of its memory (a page the process may not touch follows it): a read past
-what the caller knows comes next would crash the test.
+"""The kernels fetch a few KiB ahead of what they read: the statistics
+loops over contiguous data (STATS_AHEAD in src/_moments.pxd) across rows
+when x's rows follow each other and are taken upwards, across the runs of
+an image in the image-by-image pass, else within the run; the float32
+output of a slice of several runs (FN_AHEAD_F32 in src/fastnorm_simd.h)
+into the next run.  Fetching changes no value, so these tests check the
+values of every way in against the float64 reference, with x placed so
+that its last byte is the last readable byte of its memory (a page the
+process may not touch follows it): a read past what the call reads next
+would crash the test.
 """
 import ctypes
 import mmap
@@ -19,19 +21,18 @@ from reference import assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-_keep = []     # the mappings stay alive as long as the arrays in them
 
 
 def at_the_end_of_memory(values):
     """A copy of `values` (C order) whose last byte is followed by a page
-    that cannot be read."""
+    that cannot be read (the mapping lives as long as the array: it is the
+    array's base)."""
     nbytes = values.nbytes
     span = -(-nbytes // PAGE) * PAGE
     buf = mmap.mmap(-1, span + PAGE)
     base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     if _libc.mprotect(base + span, PAGE, 0) != 0:       # PROT_NONE
         pytest.skip(f"mprotect failed (errno {ctypes.get_errno()})")
-    _keep.append(buf)
     out = np.frombuffer(buf, dtype=values.dtype, count=values.size,
                         offset=span - nbytes).reshape(values.shape)
     out[...] = values
