@@ -64,6 +64,27 @@ cdef enum:
     # 4.5x.
     SHORT_ROW_MIN = 8
     SHORT_ROW_BYTES = 1024
+    # Calls whose x is at most CACHED_BYTES (in L2 or L3 here, where an
+    # array just written is) take rows up to CACHED_ROW_BYTES the short_rows
+    # way too: from cache, a row's own way pays its reductions, division and
+    # square root per row, where grouped rows pay them FN_W rows at a time.
+    # layer_norm with gain and bias, float32, one thread, us a call, own
+    # way -> grouped (the output's coefficients held along each row,
+    # fn_rows_f32): (32, 768) 8.35 -> 6.94, (256, 1024) 62.5 -> 49.5,
+    # (512, 1024) 134 -> 101, (1024, 1024) 272 -> 204, (64, 4096) 55.2 ->
+    # 51.4; out of cache the own way fetches ahead and wins (8192, 1024):
+    # 1.13 against 1.81x a copy.  float64 rows take two looks (rows_moments):
+    # (256, 512) 57.3 -> 44.1, (512, 256) 70.4 -> 48.7, but rows of 8 KiB
+    # lost (mean_var (256, 1024) 40.8 -> 52.0 us), so theirs are bounded
+    # lower.  (Not rms_norm: its rows' own way sums squares alone, (256,
+    # 1024) float32 48.0 against 50.6 us.)
+    CACHED_BYTES = 4 << 20
+    CACHED_ROW_BYTES = 16384
+    CACHED_BYTES_F64 = 1 << 20
+    CACHED_ROW_BYTES_F64 = 4096
+    # Their work items hold rows of at most this many bytes (at least FN_W
+    # rows), so that small calls have items for every thread.
+    CACHED_BATCH_BYTES = 32768
     # Slices of several runs (channels of NCHW images) count as short runs
     # (short_runs_moments) from this many values per run.
     SHORT_RUN_MIN = 16
@@ -374,6 +395,8 @@ cdef struct SlicePlan:
     bint rows_f64             # the same for float64 data and output...
     double* g64               # ...with gamma and beta as tables along the
     double* b64               # run (param_table's layout)
+    Py_ssize_t row_max        # the longest rows (bytes) of the short_rows way
+    Py_ssize_t batch          # slices per work item of the short ways
     const char* x_end         # slices one contiguous block of x read upwards,
                               # slice after slice: its end (the statistics
                               # fetch ahead across slices); else NULL
@@ -527,7 +550,7 @@ cdef void plan_f32(SlicePlan* p) noexcept nogil:
         p.b32 = float_param(L, OP_B, p.run_len, &ok)
     p.f32 = ok
     if not (ok and L.n_kept == 1 and L.n_red == 1 and FN_WF <= 2 * p.run_len
-            and row_bytes <= SHORT_ROW_BYTES
+            and row_bytes <= p.row_max
             and L.kept[0].stride[OP_X] == row_bytes and L.kept[0].stride[OP_Y] == row_bytes
             and same_for_all(L, OP_G) and same_for_all(L, OP_B)):
         return
@@ -551,7 +574,7 @@ cdef void plan_f64(SlicePlan* p) noexcept nogil:
             and inner.stride[OP_G] in (0, sizeof(double))
             and inner.stride[OP_B] in (0, sizeof(double))
             and L.n_kept == 1 and L.n_red == 1 and FN_W <= p.run_len
-            and row_bytes <= SHORT_ROW_BYTES
+            and row_bytes <= p.row_max
             and L.kept[0].stride[OP_X] == row_bytes and L.kept[0].stride[OP_Y] == row_bytes
             and same_for_all(L, OP_G) and same_for_all(L, OP_B)):
         return
@@ -1156,7 +1179,7 @@ cdef inline bint lanes_coef_f32(const double* piv, const double* mean, const dou
 
 cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
                      out_t* ko) noexcept nogil:
-    """Slices first .. first + count (SHORT_BATCH at most), each one short
+    """Slices first .. first + count (p.batch at most), each one short
     contiguous run.  Statistics FN_W slices at a time: their moments
     (rows_moments), scales and, with no statistics to write, coefficients
     (lanes_coef_f32/_f64) in vectors, one lane per slice.  Output: rows
@@ -1298,9 +1321,9 @@ cdef void slice_item_normalize(const SlicePlan* p, Py_ssize_t item, in_t* ki, ou
 
 cdef inline void short_item(const SlicePlan* p, int way, Py_ssize_t i, in_t* ki,
                             out_t* ko) noexcept nogil:
-    """Work item i of a short way: SHORT_BATCH slices from i * SHORT_BATCH."""
-    cdef Py_ssize_t first = i * SHORT_BATCH
-    cdef Py_ssize_t count = min(<Py_ssize_t>SHORT_BATCH, p.L.n_slices - first)
+    """Work item i of a short way: p.batch slices from i * p.batch."""
+    cdef Py_ssize_t first = i * p.batch
+    cdef Py_ssize_t count = min(p.batch, p.L.n_slices - first)
     if way == SHORT_ROWS:
         short_rows(p, first, count, ki, ko)
     else:
@@ -1327,6 +1350,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
                        in_t* ki, out_t* ko) noexcept nogil:
     cdef SlicePlan p
     cdef int short_way = 0
+    cdef Py_ssize_t cached_bytes, cached_row
     cdef bint down
     cdef Py_ssize_t i, n_items, si, per_slice
     cdef Odometer s
@@ -1354,6 +1378,17 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     p.g64 = NULL
     p.b64 = NULL
     p.x_end = contiguous_end(L, p.n_runs, ki)
+    p.row_max = SHORT_ROW_BYTES
+    p.batch = SHORT_BATCH
+    cached_bytes, cached_row = CACHED_BYTES, CACHED_ROW_BYTES
+    if in_t is double:
+        cached_bytes, cached_row = CACHED_BYTES_F64, CACHED_ROW_BYTES_F64
+    if (p.n_runs == 1 and mode != MODE_RMS
+            and L.n_slices * p.run_len * <Py_ssize_t>sizeof(in_t) <= cached_bytes):
+        p.row_max = cached_row
+        # whole groups of FN_W rows (a group of fewer costs as much)
+        p.batch = CACHED_BATCH_BYTES // (p.run_len * <Py_ssize_t>sizeof(in_t)) // FN_W * FN_W
+        p.batch = min(<Py_ssize_t>SHORT_BATCH, max(<Py_ssize_t>FN_W, p.batch))
     if in_t is float and out_t is float:
         plan_f32(&p)
     if in_t is double and out_t is double:
@@ -1367,7 +1402,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     # Short slices take a way of their own whatever the thread count (so
     # that the thread count never changes a bit).
     if (p.n_runs == 1 and p.run_len >= SHORT_ROW_MIN
-            and p.run_len * sizeof(in_t) <= SHORT_ROW_BYTES
+            and p.run_len * <Py_ssize_t>sizeof(in_t) <= p.row_max
             and L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t)):
         short_way = SHORT_ROWS
     elif p.n_runs == 1 and p.run_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
@@ -1379,7 +1414,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
         # A thread orders its streamed stores once, after its last slice (a
         # fence per slice cost rows of 64 values a third of their time).
         if short_way != 0:
-            n_items = (L.n_slices + SHORT_BATCH - 1) // SHORT_BATCH
+            n_items = (L.n_slices + p.batch - 1) // p.batch
             if nthreads > 1:
                 with parallel(num_threads=nthreads):
                     for i in prange(n_items, schedule="guided"):

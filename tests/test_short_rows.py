@@ -234,12 +234,14 @@ def test_short_rows_eval_statistics_given():
     assert_close(y, ref, 1e-12 * (1 + np.abs(ref)), "y")
 
 
-def test_short_rows_invariances():
-    # Layer norm is invariant to re-scaling and re-centring each row.
+@pytest.mark.parametrize("shape", [(300, 64), (50, 500)])
+def test_short_rows_invariances(shape):
+    # Layer norm is invariant to re-scaling and re-centring each row (rows
+    # of 500 float64 values: short-rows way because the call is in cache).
     rng = np.random.default_rng(6)
-    x = rng.standard_normal((300, 64))
-    a = rng.uniform(0.1, 10.0, (300, 1))
-    b = rng.uniform(-100.0, 100.0, (300, 1))
+    x = rng.standard_normal(shape)
+    a = rng.uniform(0.1, 10.0, (shape[0], 1))
+    b = rng.uniform(-100.0, 100.0, (shape[0], 1))
     y1 = fastnorm.layer_norm(x, eps=0.0)
     y2 = fastnorm.layer_norm(a * x + b, eps=0.0)
     assert_close(y2, y1, 1e-11 * (1 + np.abs(y1)), "invariance")
