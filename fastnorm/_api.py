@@ -74,10 +74,13 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
         out = (None, None)
     n = math.prod(x.shape[i] for i in axes)
     s0, m2, _ = kernel_stats(x, axes, "stats")
-    if n - ddof <= 0 and x.size > 0:
-        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        var = m2 / max(n - ddof, 0)
+    if n - ddof > 0:
+        var = np.divide(m2, n - ddof, out=m2)     # m2 is ours: no second array
+    else:
+        if x.size > 0:
+            warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            var = m2 / 0
     results = []
     for stat, o in zip((s0, var), out):
         stat = stat.reshape(shape)
@@ -135,8 +138,8 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     array([[-1.2247,  0.    ,  1.2247],
            [-0.7071, -0.7071,  1.4142]])
     """
-    if out is None and dtype is None and not return_stats:
-        y = last_axis(x, axis, "center", eps, gamma, beta)
+    if dtype is None and not return_stats:
+        y = last_axis(x, axis, "center", eps, gamma, beta, out)
         if y is not None:
             return y
     if any_dask(x, gamma, beta):
@@ -188,8 +191,8 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
     array([0.8485, 1.1314])
     """
-    if out is None and dtype is None and not return_stats:
-        y = last_axis(x, axis, "rms", eps, gamma, None)
+    if dtype is None and not return_stats:
+        y = last_axis(x, axis, "rms", eps, gamma, None, out)
         if y is not None:
             return y
     if any_dask(x, gamma):

@@ -219,9 +219,64 @@ def test_bad_calls_get_the_general_errors(what, x, axis, eps, gamma, beta, error
             fastnorm.rms_norm(x, gamma, axis=axis, eps=eps)
 
 
+@given(quick_calls())
+def test_quick_path_into_out(call):
+    # out= of x's shape and dtype, C-contiguous and apart from x: written
+    # directly, the same bits as the general path into such an out (the
+    # layout of y takes part in the plan: a fresh y of an F-order x is F
+    # order); in place (out=x) too.
+    x, axis, gamma, beta, eps = call
+    before = [fingerprint(a) for a in (x, gamma, beta)]
+    general = np.empty(x.shape, x.dtype)
+    fastnorm.layer_norm(x, gamma, beta, axis=(x.ndim - 1,), eps=eps, out=general)
+    out = np.full(x.shape, np.nan, x.dtype)
+    assert _quick.last_axis(x, axis, "center", eps, gamma, beta, out) is out
+    assert_bitwise(out, general, "quick out= against the general path")
+    assert [fingerprint(a) for a in (x, gamma, beta)] == before, "an input changed"
+    inplace = np.array(x, order="C")
+    expected = fastnorm.rms_norm(inplace, gamma, axis=(x.ndim - 1,), eps=eps)
+    assert _quick.last_axis(inplace, axis, "rms", eps, gamma, None, inplace) is inplace
+    assert_bitwise(inplace, expected, "out=x")
+
+
+def _overlapping_out():
+    """out= arrays the quick path must leave to the general path, with the
+    x and gamma each goes with: (what, x, gamma, out)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 10))
+    buf = rng.standard_normal(70)
+    shifted = buf[:60].reshape(6, 10), buf[10:].reshape(6, 10)   # x one row on
+    shared = rng.uniform(0.5, 2.0, 70)
+    return [
+        ("out overlapping x", shifted[0], None, shifted[1]),
+        ("out holding gamma", x, shared[:10], shared[:60].reshape(6, 10)),
+        ("out holding part of gamma", x, shared[55:65], shared[:60].reshape(6, 10)),
+        ("a Fortran-order out", x, None, np.asfortranarray(np.empty((6, 10)))),
+        ("an out of another dtype", x, None, np.empty((6, 10), np.float32)),
+        ("a read-only out", x, None, np.frombuffer(bytes(480)).reshape(6, 10)),
+        ("an out of another shape", x, None, np.empty((6, 11))),
+        ("a list out", x, None, [0.0] * 60),
+    ]
+
+
+@pytest.mark.parametrize("what, x, gamma, out", _overlapping_out(),
+                         ids=[c[0] for c in _overlapping_out()])
+def test_quick_path_leaves_other_outs_to_the_general_path(what, x, gamma, out):
+    assert _quick.last_axis(x, -1, "center", 1e-5, gamma, None, out) is None
+    if isinstance(out, np.ndarray) and out.dtype == x.dtype and out.shape == x.shape \
+            and out.flags.writeable:
+        g = None if gamma is None else gamma.copy()
+        ref = ref_layer_norm(x.copy(), (1,), g, None)[0]
+        assert fastnorm.layer_norm(x, gamma, out=out) is out
+        assert_close(out, ref, 1e-12 * (1.0 + np.abs(ref)), what)
+    else:
+        with pytest.raises((TypeError, ValueError)):
+            fastnorm.layer_norm(x, gamma, out=out)
+
+
 def test_quick_path_does_not_take_out_dtype_or_stats():
-    # layer_norm and rms_norm ask the quick path only for y alone, fresh,
-    # in x's dtype: these calls must still do what they say.
+    # layer_norm and rms_norm ask the quick path only for y alone in x's
+    # dtype: these calls must still do what they say.
     y = np.full_like(X, np.nan)
     assert fastnorm.layer_norm(X, out=y) is y
     assert_close(y, ref_layer_norm(X, (1,))[0], 4e-5, "out=")
