@@ -584,30 +584,39 @@ static inline void fn_rows_f32(const float *x, float *y, ptrdiff_t rows, ptrdiff
      * which a vector may cross twice.  Longer rows keep a loop without
      * those checks (with them, rows of 64 and 128 measured 11-17% slower).
      * held (a constant too): rows long enough to go vector after vector
-     * with their coefficients held (layer_norm (32, 768) float32 with gain
-     * and bias, 7.00 -> 6.49 us a call); for rows of 20-64 values the
-     * inner loop cost 5-8%. */
+     * with their coefficients held, a loop of their own (layer_norm (32,
+     * 768) float32 with gain and bias, 7.00 -> 6.49 us a call); for rows of
+     * 20-64 values that inner loop cost 5-8%, so they keep the other. */
     ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
 #if defined(__GNUC__) || defined(__clang__)
     fn_vi32 lane = fn_lanes_i32();
     for (ptrdiff_t head = fn_head_f32(y, total, stream); i < head;
          i++, fn_row_advance(&c, &r, n, 1))
         y[i] = ((x[i] - m[r]) * s[r] - e[r]) * g[c] + b[c];
-    while (i + FN_WF <= total) {
+    while (held && i + FN_WF <= total) {
+        /* the vectors wholly within row r, then the one across its end */
         fn_vf32 vm = fn_set1_f32(m[r]), vs = fn_set1_f32(s[r]), ve = fn_set1_f32(e[r]);
-        if (held) {
-            /* the vectors wholly within row r */
-            for (ptrdiff_t end = i + (n - c); i + FN_WF <= end; i += FN_WF, c += FN_WF)
-                fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * fn_loadu_f32(g + c)
-                                  + fn_loadu_f32(b + c), stream);
-            if (c == n) {
-                c = 0;
-                r++;
-                continue;
-            }
-            if (i + FN_WF > total)
-                break;
+        for (ptrdiff_t end = i + (n - c); i + FN_WF <= end; i += FN_WF, c += FN_WF)
+            fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * fn_loadu_f32(g + c)
+                              + fn_loadu_f32(b + c), stream);
+        if (c == n) {
+            c = 0;
+            r++;
+        } else if (i + FN_WF <= total) {
+            fn_vi32 own = lane < (int32_t)(n - c);
+            vm = (fn_vf32)(((fn_vi32)vm & own) | ((fn_vi32)fn_set1_f32(m[r + 1]) & ~own));
+            vs = (fn_vf32)(((fn_vi32)vs & own) | ((fn_vi32)fn_set1_f32(s[r + 1]) & ~own));
+            ve = (fn_vf32)(((fn_vi32)ve & own) | ((fn_vi32)fn_set1_f32(e[r + 1]) & ~own));
+            fn_put_f32(y + i, ((fn_loadu_f32(x + i) - vm) * vs - ve) * fn_loadu_f32(g + c)
+                              + fn_loadu_f32(b + c), stream);
+            fn_row_advance(&c, &r, n, FN_WF);
+            i += FN_WF;
+        } else {
+            break;
         }
+    }
+    for (; !held && i + FN_WF <= total; i += FN_WF) {
+        fn_vf32 vm = fn_set1_f32(m[r]), vs = fn_set1_f32(s[r]), ve = fn_set1_f32(e[r]);
         if (n - c < FN_WF) {
             /* lanes from n - c on are row r + 1's (which exists: the
              * vector ends within the run)... */
@@ -628,7 +637,6 @@ static inline void fn_rows_f32(const float *x, float *y, ptrdiff_t rows, ptrdiff
         fn_row_advance(&c, &r, n, FN_WF);
         if (three)
             fn_row_advance(&c, &r, n, 0);      /* a second row boundary */
-        i += FN_WF;
     }
 #endif
     for (; i < total; i++, fn_row_advance(&c, &r, n, 1))
