@@ -397,6 +397,7 @@ cdef struct SlicePlan:
     double* b64               # run (param_table's layout)
     Py_ssize_t row_max        # the longest rows (bytes) of the short_rows way
     Py_ssize_t batch          # slices per work item of the short ways
+    const char* rows_end      # slices one contiguous block of x: its end
     const char* x_end         # slices one contiguous block of x read upwards,
                               # slice after slice: its end (the statistics
                               # fetch ahead across slices); else NULL
@@ -1228,6 +1229,10 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
             else:
                 rows[l] = rows[0]        # a stand-in, its results unused
                 piv[l] = piv[0]
+        if p.rows_end != NULL:
+            # the rows STATS_AHEAD bytes on (those that follow in memory
+            # are read next)
+            fetch_ahead_of(rows[0], lanes * n * <Py_ssize_t>sizeof(in_t), p.rows_end)
         if p.mode != MODE_GIVEN:
             rows_moments(rows, n, piv, mean, m2, ki)
             if p.mode != MODE_STATS:
@@ -1332,11 +1337,10 @@ cdef inline void short_item(const SlicePlan* p, int way, Py_ssize_t i, in_t* ki,
 
 cdef const char* contiguous_end(const Layout* L, Py_ssize_t n_runs, in_t* ki) noexcept nogil:
     """The end of x when its slices are single runs that follow each other
-    in memory and are taken upwards (C-ordered rows; not into a fresh y,
-    which goes last slice first), else NULL."""
+    in memory (C-ordered rows), else NULL."""
     cdef Py_ssize_t extent
     cdef int a
-    if n_runs != 1 or L.descend or L.red[L.n_red - 1].stride[OP_X] != sizeof(in_t):
+    if n_runs != 1 or L.red[L.n_red - 1].stride[OP_X] != sizeof(in_t):
         return NULL
     extent = L.red[L.n_red - 1].size * <Py_ssize_t>sizeof(in_t)
     for a in range(L.n_kept - 1, -1, -1):
@@ -1377,7 +1381,10 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     p.rows_f64 = False
     p.g64 = NULL
     p.b64 = NULL
-    p.x_end = contiguous_end(L, p.n_runs, ki)
+    # (Into a fresh y slices go last first: their statistics fetch within
+    # the slice.  The short ways go upwards whatever y is.)
+    p.rows_end = contiguous_end(L, p.n_runs, ki)
+    p.x_end = NULL if L.descend else p.rows_end
     p.row_max = SHORT_ROW_BYTES
     p.batch = SHORT_BATCH
     cached_bytes, cached_row = CACHED_BYTES, CACHED_ROW_BYTES
