@@ -7,7 +7,7 @@ import numpy as np
 from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps, check_out,
                     check_training, keepdims_shape, param, result_dtypes, running_stat,
                     split_out)
-from ._quick import last_axis
+from ._quick import last_axis, mean_var_last_axis
 from ._run import deliver, kernel_stats, normalize
 from ._route import any_dask, via_dask
 
@@ -56,6 +56,10 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     >>> v
     array([1.25, 1.25, 1.25])
     """
+    if out is None and dtype is None:
+        quick = mean_var_last_axis(x, axis, ddof, keepdims)
+        if quick is not None:
+            return quick
     if any_dask(x):
         return via_dask(mean_var, locals())
     x = as_input(x)

@@ -1,4 +1,4 @@
-"""The commonest call, recognized in a few checks.
+"""The commonest calls, recognized in a few checks.
 
 layer_norm and rms_norm of a float array over its last axis, returning y
 alone (in a fresh array or an ``out=`` array of x's kind), with float
@@ -8,7 +8,8 @@ spends microseconds on what this call cannot need: Dask, axis tuples,
 ``out=`` and dtype rules, the columns view, the statistics arrays.  Here
 the same kernel call is made after only the checks that this one case
 needs; anything else returns None and takes the general path, which also
-raises the errors.  layer_norm of (32, 768) float32 with float32 gain and
+raises the errors.  (mean_var over the last axis alike, see
+mean_var_last_axis.)  layer_norm of (32, 768) float32 with float32 gain and
 bias: 15.2 -> 12.2 us a call, 11.1 -> 9.6 with gain and bias widened to
 float64 in C (the kernel alone 7.6 us); into out= (before, the general
 path) 15.3 -> 9.5 us.
@@ -24,6 +25,7 @@ _F64 = np.dtype(np.float64)
 _LARGEST = float(np.finfo(np.float64).max)
 # reduced mask (the kernel's per-axis flags) by number of dimensions
 _LAST_AXIS = {n: (False,) * (n - 1) + (True,) for n in range(1, 65)}
+_STATS = _dispatch.kernels.MODES["stats"]
 
 
 def last_axis(x, axis, mode, eps, gamma, beta, out=None):
@@ -90,3 +92,35 @@ def _vector(p, shape):
     if p.dtype == _F64 or not p.flags.aligned:
         return float64_param(p, shape)
     return _dispatch.kernels.row_f64(p, len(shape))    # float16/float32, widened in C
+
+
+def mean_var_last_axis(x, axis, ddof, keepdims):
+    """(mean, var) over the last axis, or None when an argument needs the
+    general path.
+
+    Taken when: x is an aligned float16/32/64 ndarray with values; axis is
+    the int -1 or x.ndim - 1; ddof an int below the axis' length (no
+    warning to give); keepdims a bool.  The caller has checked out=None and
+    dtype=None.  mean_var of (32, 768) float32, against the general path in
+    one process: 16.3 -> 11.0 us a call (on a busy machine).
+    """
+    if type(x) is not np.ndarray or type(axis) is not int or type(ddof) is not int:
+        return None
+    ndim = x.ndim
+    if not (ndim and (axis == -1 or axis == ndim - 1) and x.size and type(keepdims) is bool
+            and x.dtype in _FLOATS and x.flags.aligned and 0 <= ddof < x.shape[-1]):
+        return None
+    shape = x.shape[:-1] + (1,)
+    mean, m2 = np.empty(shape), np.empty(shape)
+    k = _dispatch.kernels
+    threads = team_size() if x.size >= k.parallel_min else 1
+    k.normalize(x, None, None, None, mean, m2, None, _LAST_AXIS[ndim], _STATS, 0.0, threads,
+                False)
+    var = np.divide(m2, x.shape[-1] - ddof, out=m2)
+    if not keepdims:
+        mean, var = mean.reshape(shape[:-1]), var.reshape(shape[:-1])
+    mean, var = mean.astype(x.dtype, copy=False), var.astype(x.dtype, copy=False)
+    if mean.ndim == 0:
+        return mean[()], var[()]
+    return mean, var
+

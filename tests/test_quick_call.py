@@ -14,7 +14,8 @@ from hypothesis import given, strategies as st
 
 import fastnorm
 from fastnorm import _dispatch, _quick
-from reference import OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_layer_norm, ref_rms_norm
+from reference import (OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_layer_norm,
+                       ref_mean_var, ref_rms_norm)
 
 FLOATS = [np.float16, np.float32, np.float64]
 
@@ -237,6 +238,52 @@ def test_quick_path_into_out(call):
     expected = fastnorm.rms_norm(inplace, gamma, axis=(x.ndim - 1,), eps=eps)
     assert _quick.last_axis(inplace, axis, "rms", eps, gamma, None, inplace) is inplace
     assert_bitwise(inplace, expected, "out=x")
+
+
+@given(quick_calls(), st.sampled_from([0, 1]), st.booleans())
+def test_quick_mean_var_is_the_general_path(call, ddof, keepdims):
+    x, axis, _, _, _ = call
+    if x.shape[-1] <= ddof:
+        x = np.concatenate([x, x], axis=-1)
+    before = fingerprint(x)
+    quick = _quick.mean_var_last_axis(x, axis, ddof, keepdims)
+    assert quick is not None, "the quick path refused a call it is meant for"
+    general = fastnorm.mean_var(x, axis=(x.ndim - 1,), ddof=ddof, keepdims=keepdims)
+    for q, g, what in zip(quick, general, ("mean", "var")):
+        assert type(q) is type(g), what
+        assert_bitwise(q, g, f"quick {what} against the general path")
+    rmean, rvar, _ = ref_mean_var(x, (x.ndim - 1,), ddof=ddof)
+    if not keepdims:
+        rmean, rvar = rmean[..., 0], rvar[..., 0]
+    tol = OUT_TOL[x.dtype] * 4
+    assert_close(quick[0], rmean, tol * (1.0 + np.abs(rmean)), "mean")
+    assert_close(quick[1], rvar, tol * np.abs(rvar) + 1e-30, "var")
+    assert fingerprint(x) == before, "x changed"
+
+
+@pytest.mark.parametrize("what, kwargs", [
+    ("another axis", dict(axis=0)),
+    ("axis None", dict(axis=None)),
+    ("a float ddof", dict(axis=-1, ddof=1.0)),
+    ("ddof of the whole row", dict(axis=-1, ddof=10)),
+    ("a negative ddof", dict(axis=-1, ddof=-1)),
+    ("an integer keepdims", dict(axis=-1, keepdims=1)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_quick_mean_var_leaves_other_calls_to_the_general_path(what, kwargs):
+    args = dict(axis=None, ddof=0, keepdims=False) | kwargs
+    assert _quick.mean_var_last_axis(X, args["axis"], args["ddof"], args["keepdims"]) is None
+    axes = tuple(range(X.ndim)) if args["axis"] is None else (args["axis"] % X.ndim,)
+    rmean, rvar, _ = ref_mean_var(X, axes, ddof=int(args["ddof"]))
+    if args["ddof"] >= 10:
+        with pytest.warns(RuntimeWarning):
+            mean, var = fastnorm.mean_var(X, **kwargs)
+        assert np.isinf(var).all()
+    else:
+        mean, var = fastnorm.mean_var(X, **kwargs)
+        shape = rmean.shape if args["keepdims"] else np.squeeze(rmean, axes).shape
+        assert_close(var, rvar.reshape(shape), 1e-5 * rvar.reshape(shape), what)
+    assert_close(mean, rmean.reshape(np.shape(mean)), 1e-5 * (1 + np.abs(rmean)).reshape(
+        np.shape(mean)), what)
 
 
 def _overlapping_out():
