@@ -53,8 +53,7 @@ def tol(dtype):
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 2048, 4096 + 17, 3 * 4096])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_contiguous_rows_fetch_ahead_across_rows(dtype, n, threads):
-    # Enough rows for more than the distance fetched (short rows too: they
-    # fetch ahead of each group of rows).
+    # Enough rows for more than the distance fetched.
     x = at_the_end_of_memory(data((max(37, 20000 // n), n), dtype))
     fastnorm.set_num_threads(threads)
     try:
@@ -73,6 +72,25 @@ def test_contiguous_rows_fetch_ahead_across_rows(dtype, n, threads):
     assert_close(fresh, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm fresh")
     ref_r = ref_rms_norm(x, (1,))[0]
     assert_close(rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "rms_norm")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("n", [8, 33, 100, 255])
+def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
+    # Short rows fetch ahead only in calls too large for the cache (x over
+    # 4 MiB; float64 1 MiB): just over that here, ending at the last
+    # readable byte.
+    bound = (1 << 20) if dtype == np.float64 else (4 << 20)
+    x = at_the_end_of_memory(data((bound // (n * np.dtype(dtype).itemsize) + 37, n), dtype))
+    y = np.empty_like(x)
+    fastnorm.layer_norm(x, axis=-1, out=y)
+    fresh = fastnorm.layer_norm(x, axis=-1)
+    mean, var = fastnorm.mean_var(x, axis=-1, keepdims=True)
+    ref_y = ref_layer_norm(x, (1,))[0]
+    assert_close(y, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm out=")
+    assert_close(fresh, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm fresh")
+    ref_mean, ref_var, _ = ref_mean_var(x, (1,))
+    assert_close(var, ref_var, 4 * tol(dtype) * ref_var + 1e-30, "var")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
