@@ -494,14 +494,22 @@ cdef inline table_t* param_table(const Layout* L, int k, Py_ssize_t n,
     for one value) as table_t, continued periodically for WRAP more
     (table[n + j] = table[j mod n], for fn_normalize_rows_*); NULL if out of
     memory."""
-    cdef Py_ssize_t i, step = L.red[L.n_red - 1].stride[k] // sizeof(double)
+    cdef Py_ssize_t i, j = 0, step = L.red[L.n_red - 1].stride[k] // sizeof(double)
+    cdef const double* src = <const double*>L.base[k]
     cdef table_t* out = <table_t*>fn_malloc((n + WRAP) * sizeof(table_t))
     if out == NULL:
         return NULL
-    for i in range(n):
-        out[i] = <table_t>(<const double*>L.base[k])[i * step]
-    for i in range(WRAP):
-        out[n + i] = out[i % n]
+    if step == 1:
+        for i in range(n):      # a loop of its own, which vectorizes
+            out[i] = <table_t>src[i]
+    else:
+        for i in range(n):
+            out[i] = <table_t>src[i * step]
+    for i in range(WRAP):       # (counted round, not i % n: a division each)
+        out[n + i] = out[j]
+        j = j + 1
+        if j == n:
+            j = 0
     return out
 
 
