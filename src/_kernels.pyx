@@ -1398,16 +1398,18 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
     cached_bytes, cached_row = CACHED_BYTES, CACHED_ROW_BYTES
     if in_t is double:
         cached_bytes, cached_row = CACHED_BYTES_F64, CACHED_ROW_BYTES_F64
-    if (p.n_runs == 1 and mode != MODE_RMS
-            and L.n_slices * p.run_len * <Py_ssize_t>sizeof(in_t) <= cached_bytes):
-        p.row_max = cached_row
-        # whole groups of FN_W rows (a group of fewer costs as much)
-        p.batch = CACHED_BATCH_BYTES // (p.run_len * <Py_ssize_t>sizeof(in_t)) // FN_W * FN_W
-        p.batch = min(<Py_ssize_t>SHORT_BATCH, max(<Py_ssize_t>FN_W, p.batch))
-        # Nothing to fetch ahead in cache: the requests cost layer_norm of
-        # (32, 768) float32 with gain and bias 7.23 against 6.67 us, (256,
-        # 1024) 51.6 against 45.8, mean_var (256, 1024) 29.9 against 23.1.
+    if p.n_runs == 1 and L.n_slices * p.run_len * <Py_ssize_t>sizeof(in_t) <= cached_bytes:
+        # Nothing for the short ways to fetch ahead in cache: the requests
+        # cost layer_norm of (32, 768) float32 with gain and bias 7.23
+        # against 6.67 us, (256, 1024) 51.6 against 45.8, mean_var (256,
+        # 1024) 29.9 against 23.1.
         p.rows_end = NULL
+        if mode != MODE_RMS:
+            p.row_max = cached_row
+            # whole groups of FN_W rows (a group of fewer costs as much)
+            p.batch = (CACHED_BATCH_BYTES // (p.run_len * <Py_ssize_t>sizeof(in_t))
+                       // FN_W * FN_W)
+            p.batch = min(<Py_ssize_t>SHORT_BATCH, max(<Py_ssize_t>FN_W, p.batch))
     if in_t is float and out_t is float:
         plan_f32(&p)
     if in_t is double and out_t is double:

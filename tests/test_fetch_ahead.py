@@ -85,10 +85,13 @@ def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
     y = np.empty_like(x)
     fastnorm.layer_norm(x, axis=-1, out=y)
     fresh = fastnorm.layer_norm(x, axis=-1)
+    rms = fastnorm.rms_norm(x, axis=-1)
     mean, var = fastnorm.mean_var(x, axis=-1, keepdims=True)
     ref_y = ref_layer_norm(x, (1,))[0]
     assert_close(y, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm out=")
     assert_close(fresh, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm fresh")
+    ref_r = ref_rms_norm(x, (1,))[0]
+    assert_close(rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "rms_norm")
     ref_mean, ref_var, _ = ref_mean_var(x, (1,))
     assert_close(var, ref_var, 4 * tol(dtype) * ref_var + 1e-30, "var")
 
