@@ -175,6 +175,10 @@ cdef enum:
 MODES = {"stats": MODE_STATS, "center": MODE_CENTER, "rms": MODE_RMS, "given": MODE_GIVEN}
 # Calls of fewer elements run on one thread whatever they are given.
 parallel_min = PARALLEL_MIN
+# By itemsize: (most bytes of x, most bytes of a row) for which rows in
+# cache go the short-rows way (tests aim at both sides of these).
+cached_rows = {2: (CACHED_BYTES, CACHED_ROW_BYTES), 4: (CACHED_BYTES, CACHED_ROW_BYTES),
+               8: (CACHED_BYTES_F64, CACHED_ROW_BYTES_F64)}
 
 cdef struct Coef:
     # How one slice (or column) is normalized:

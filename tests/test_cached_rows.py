@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
+from fastnorm import _dispatch
 from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var
 
 EPS = 1e-5
 # The bounds the kernels use (x's bytes, a row's bytes), by itemsize.
-CACHED = {2: (4 << 20, 16384), 4: (4 << 20, 16384), 8: (1 << 20, 4096)}
+CACHED = _dispatch.kernels.cached_rows
 
 
 def _tol(y_ref, dtype):
