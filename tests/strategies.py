@@ -359,3 +359,21 @@ def weight_specs(draw):
         eps=draw(st.sampled_from([1e-5, 1e-3, 0.25])),
         seed=draw(st.integers(0, 2**32 - 1)),
     )
+
+
+def row_problem(dtype, n, rows, offset, params, seed, spread=False):
+    """x of (rows, n) values about `offset` (each row scaled by its own
+    factor in [0.1, 10) with `spread`), with gamma and beta along the row
+    ("along"), one for all ("one", keepdims) or none."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, n))
+    if spread:
+        x = x * rng.uniform(0.1, 10.0, (rows, 1))
+    x = (offset + x).astype(dtype)
+    gamma = beta = None
+    if params == "along":
+        gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
+    elif params == "one":
+        gamma, beta = rng.uniform(0.5, 2.0, (1, 1)), rng.standard_normal((1, 1))
+    return x, gamma, beta
+

@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 import fastnorm
 from fastnorm import _dispatch
 from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var
+from strategies import row_problem
 
 EPS = 1e-5
 # The bounds the kernels use (x's bytes, a row's bytes), by itemsize.
@@ -55,22 +56,10 @@ def cached_row_problems(draw):
     return dtype, n, rows, offset, params, seed
 
 
-def _problem(dtype, n, rows, offset, params, seed):
-    rng = np.random.default_rng(seed)
-    x = (offset + rng.standard_normal((rows, n)) * rng.uniform(0.1, 10.0, (rows, 1)))
-    x = x.astype(dtype)
-    gamma = beta = None
-    if params == "along":
-        gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
-    elif params == "one":
-        gamma, beta = rng.uniform(0.5, 2.0, (1, 1)), rng.standard_normal((1, 1))
-    return x, gamma, beta
-
-
 @settings(deadline=None)
 @given(cached_row_problems())
 def test_cached_rows_layer_norm(problem):
-    x, gamma, beta = _problem(*problem)
+    x, gamma, beta = row_problem(*problem, spread=True)
     y, mean, rstd = fastnorm.layer_norm(x, gamma, beta, eps=EPS, return_stats=True)
     _check(x, gamma, beta, y, mean, rstd)
     # Without statistics (coefficients a group of rows at a time): the same bits.
@@ -80,7 +69,7 @@ def test_cached_rows_layer_norm(problem):
 @settings(deadline=None)
 @given(cached_row_problems())
 def test_cached_rows_mean_var(problem):
-    x, _, _ = _problem(*problem)
+    x, _, _ = row_problem(*problem, spread=True)
     mean, var = fastnorm.mean_var(x, axis=1, dtype=np.float64)
     rmean, rvar, _ = ref_mean_var(x, (1,))
     tol = 1e-12 if x.dtype == np.float64 else 1e-9

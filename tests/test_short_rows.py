@@ -21,6 +21,7 @@ from hypothesis import given, strategies as st
 import fastnorm
 from fastnorm import _dispatch
 from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm
+from strategies import row_problem
 
 EPS = 1e-5
 
@@ -46,20 +47,9 @@ def short_row_problems(draw):
     return dtype, n, rows, offset, params, seed
 
 
-def _problem(dtype, n, rows, offset, params, seed):
-    rng = np.random.default_rng(seed)
-    x = (offset + rng.standard_normal((rows, n))).astype(dtype)
-    gamma = beta = None
-    if params == "along":
-        gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
-    elif params == "one":
-        gamma, beta = rng.uniform(0.5, 2.0, (1, 1)), rng.standard_normal((1, 1))
-    return x, gamma, beta
-
-
 @given(short_row_problems())
 def test_short_rows_layer_norm(problem):
-    x, gamma, beta = _problem(*problem)
+    x, gamma, beta = row_problem(*problem)
     y, mean, rstd = fastnorm.layer_norm(x, gamma, beta, eps=EPS, return_stats=True)
     ref, rmean, rrstd, _, _ = ref_layer_norm(x, (1,), gamma, beta, eps=EPS)
     assert_close(y, ref, _tol(ref, x.dtype, 4.0), "y")
@@ -74,7 +64,7 @@ def test_short_rows_layer_norm(problem):
 
 @given(short_row_problems())
 def test_short_rows_rms_norm_and_mean_var(problem):
-    x, gamma, _ = _problem(*problem)
+    x, gamma, _ = row_problem(*problem)
     y = fastnorm.rms_norm(x, gamma, eps=EPS)
     ref, _ = ref_rms_norm(x, (1,), gamma, eps=EPS)
     assert_close(y, ref, _tol(ref, x.dtype, 4.0), "rms_norm y")
