@@ -158,12 +158,18 @@ cdef enum:
     # the sweep and the next one, prefetched meanwhile, stay in L2 from one
     # strip to the next (larger sweeps measured slower: 384 KiB by 2.5x).
     SWEEP_BYTES = 128 << 10
-    # The float32 output pass goes through a group of OUT_ROWS rows OUT_CHUNK
-    # columns at a time: the chunk's coefficients (3 x 4 KiB) stay in L1 for
-    # the group, where a whole wide row's would not.  Eval batch_norm against
-    # whole rows: (2048, 4096) 1.23 -> 1.07x copy, (1024, 8192) 1.18 -> 1.05x.
+    # The output pass goes through a group of OUT_ROWS rows OUT_CHUNK columns
+    # at a time (float64 coefficients: half that): the chunk's coefficients
+    # (3 x 4 KiB) stay in L1 for the group, where a whole wide row's would
+    # not.  Eval batch_norm against whole rows: (2048, 4096) 1.23 -> 1.07x
+    # copy, (1024, 8192) 1.18 -> 1.05x.  (float32; float64 chunks, each
+    # fetching the next, against whole rows: (4096, 4096) 1.22 -> 0.78.)
     OUT_CHUNK = 1024
     OUT_ROWS = 8
+    # Rows that follow each other are one run with periodic coefficients
+    # while these take at most this many bytes (float32: 12 a column, every
+    # tile; float64: 32).
+    PERIODIC_BYTES = 24 << 10
     # Outputs of at least this many bytes are written with non-temporal stores.
     STREAM_MIN_BYTES = 8 << 20
     # Below this many elements a call runs on one thread.  Measured (best of
@@ -179,6 +185,15 @@ parallel_min = PARALLEL_MIN
 # cache go the short-rows way (tests aim at both sides of these).
 cached_rows = {2: (CACHED_BYTES, CACHED_ROW_BYTES), 4: (CACHED_BYTES, CACHED_ROW_BYTES),
                8: (CACHED_BYTES_F64, CACHED_ROW_BYTES_F64)}
+# The COLUMNS pattern's columns per tile, its output's rows per group and
+# columns per chunk (float32; float64 coefficients: half), and the most
+# bytes of coefficients a run of whole rows takes (tests aim at these).
+column_tile = COL_TILE
+out_rows = OUT_ROWS
+out_chunk = OUT_CHUNK
+periodic_bytes = PERIODIC_BYTES
+# COLUMNS calls whose x takes more bytes start their strips at a line.
+columns_in_cache = CACHED_BYTES
 
 cdef struct Coef:
     # How one slice (or column) is normalized:
@@ -1524,6 +1539,8 @@ cdef struct ColumnPlan:
     Py_ssize_t rows_per_out   # output items: whole rows of an outer index
     Py_ssize_t n_out_blocks   #   in blocks, every tile of a row in turn
     bint prefetch             # rows are apart in memory: prefetch them
+    bint line_start           # x is larger than the caches: strips start
+                              # at a line where they can (line_head)
     double* state             # per item: mean, m2 (STATE_STRIDE doubles; twice
                               # that for float16/float32 blocks of more than
                               # SUM_ROWS rows: the segments' moments so far)
@@ -1641,42 +1658,101 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_s
     ahead[0] = a
 
 
-cdef inline void vector_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t nrows,
-                                Py_ssize_t k0, const double* pivot, double* mean, double* m2,
-                                in_t* ki) noexcept nogil:
-    """The same for one vector of columns (what the strips leave)."""
-    cdef fn_vd mu = fn_load_f64(mean), q = fn_load_f64(m2), piv = fn_load_f64(pivot), d
+cdef inline void edge_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t nrows,
+                              Py_ssize_t k0, Py_ssize_t v0, Py_ssize_t lo, Py_ssize_t hi,
+                              const double* pivot, double* mean, double* m2,
+                              in_t* ki) noexcept nogil:
+    """strip_welford for the columns lo .. hi of a sweep that no strip
+    covers (fewer than a strip): up to FN_NVC vectors of columns from
+    column v0 <= lo on, each lane outside lo .. hi left as it was.  The
+    vectors' columns are the tile's (x[v0] up to x[v0 + vectors * FN_W]),
+    so every load reads the tile's own bytes; one sweep for them all keeps
+    their update chains side by side, as in a strip."""
+    cdef fn_vd mu[FN_NVC]
+    cdef fn_vd q[FN_NVC]
+    cdef fn_vd piv[FN_NVC]
+    cdef fn_vd keep[FN_NVC]
+    cdef fn_vd r, d, old_mu, old_q
+    cdef Py_ssize_t col[FN_NVC]
+    cdef const char* row
     cdef Py_ssize_t k
+    cdef int v, nv = <int>((hi - v0 + FN_W - 1) // FN_W)
+    for v in range(FN_NVC):
+        # Vectors past the last: a copy of the first, masked out, not stored.
+        col[v] = v0 + v * FN_W if v < nv else v0
+        keep[v] = fn_lane_mask(lo - col[v], hi - col[v]) if v < nv else fn_lane_mask(0, 0)
+        mu[v] = fn_load_f64(mean + col[v])
+        q[v] = fn_load_f64(m2 + col[v])
+        piv[v] = fn_load_f64(pivot + col[v])
     for k in range(nrows):
+        row = x + k * rs
         if in_t is not double:
-            d = fn_sub(vload(x + k * rs, sx, ki), piv)
-            mu = fn_add(mu, d)
-            q = fn_fma(d, d, q)
-        else:
-            welford_step(shifted(vload(x + k * rs, sx, ki), piv, ki),
-                         fn_set1(1.0 / <double>(k0 + k + 1)), &mu, &q)
-    fn_store_f64(mean, mu)
-    fn_store_f64(m2, q)
+            # Shifted sums: a lane masked out adds +0.0 to both.
+            for v in range(FN_NVC):
+                d = fn_masked(fn_sub(vload(row + col[v] * sx, sx, ki), piv[v]), keep[v])
+                mu[v] = fn_add(mu[v], d)
+                q[v] = fn_fma(d, d, q[v])
+            continue
+        r = fn_set1(1.0 / <double>(k0 + k + 1))
+        for v in range(FN_NVC):
+            old_mu = mu[v]
+            old_q = q[v]
+            welford_step(shifted(vload(row + col[v] * sx, sx, ki), piv[v], ki), r,
+                         &mu[v], &q[v])
+            mu[v] = fn_select(keep[v], mu[v], old_mu)
+            q[v] = fn_select(keep[v], q[v], old_q)
+    for v in range(FN_NVC):
+        if v < nv:
+            fn_store_f64(mean + col[v], mu[v])
+            fn_store_f64(m2 + col[v], q[v])
+
+
+cdef inline Py_ssize_t line_head(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t width,
+                                 in_t* ki) noexcept nogil:
+    """Columns before the first that starts a cache line in every row (0
+    when rows differ in that or the tile is too narrow to gain): strips
+    from there read whole lines.  A strip a line off reads one more line
+    per row, which the next strip reads again (numpy's large arrays start
+    16 bytes past a line: mean_var over axis 0 of (8192, 1024) float32
+    read that way ran at 1.9 against 1.3 ms aligned in a C model)."""
+    cdef Py_ssize_t off = <Py_ssize_t>(<size_t>x % 64), head
+    if sx != sizeof(in_t) or rs % 64 != 0 or off == 0 or off % sizeof(in_t) != 0:
+        return 0
+    head = (64 - off) // <Py_ssize_t>sizeof(in_t)
+    if width - head < 2 * FN_NVC * FN_W:
+        return 0
+    return head
 
 
 cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, Py_ssize_t rs,
                             Py_ssize_t nrows, Py_ssize_t k0, Py_ssize_t next_rows,
                             double* mean, double* m2, in_t* ki) noexcept nogil:
-    """Rows k0 .. k0 + nrows of an item, rs bytes apart from x on: strips of
-    FN_NVC vectors of columns, one sweep down the rows each; then single
-    vectors; then scalar columns.  The rows are few enough to stay in L2
-    between the strips, so only the first strip reads memory, and that
-    read was prefetched by the sweep before, as this one prefetches the
-    next_rows rows after its own."""
-    cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X], c = 0, k
+    """Rows k0 .. k0 + nrows of an item, rs bytes apart from x on: the
+    columns before the first whole cache line (line_head), then strips of
+    FN_NVC vectors of columns, one sweep down the rows each, then the
+    columns left (edge_welford; scalar ones in tiles narrower than a
+    vector).  The rows are few enough to stay in L2 between the strips,
+    so only the first strip reads memory, and that read was prefetched by
+    the sweep before, as this one prefetches the next_rows rows after its
+    own."""
+    cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X], k, nv
     cdef Py_ssize_t strip = FN_NVC * FN_W
+    cdef Py_ssize_t head = line_head(x, rs, sx, t.width, ki) if p.line_start else 0, c = 0
     cdef Ahead ahead
     cdef double y, d, rk
     # float16/float32: sums about each column's centre (strip_welford).
     cdef const double* pivot = t.shift if in_t is not double else t.pivot
     ahead_init(&ahead, x + nrows * rs, t.width * sx, rs,
                next_rows if sx == sizeof(in_t) and nrows >= next_rows else 0,
-               t.width // strip)
+               head // strip + (t.width - head) // strip)
+    # The head: whole strips (a line may hold several), then what is left.
+    while c + strip <= head:
+        strip_welford(x + c * sx, rs, sizeof(in_t), nrows, k0, pivot + c,
+                      mean + c, m2 + c, &ahead, ki)
+        c = c + strip
+    if c < head:
+        edge_welford(x, rs, sizeof(in_t), nrows, k0, c, c, head, pivot, mean, m2, ki)
+        c = head
     while c + strip <= t.width:
         if sx == sizeof(in_t):
             strip_welford(x + c * sx, rs, sizeof(in_t), nrows, k0, pivot + c,
@@ -1685,9 +1761,18 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
             strip_welford(x + c * sx, rs, sx, nrows, k0, pivot + c,
                           mean + c, m2 + c, &ahead, ki)
         c = c + strip
-    while c + FN_W <= t.width:
-        vector_welford(x + c * sx, rs, sx, nrows, k0, pivot + c, mean + c, m2 + c, ki)
-        c = c + FN_W
+    if c == t.width:
+        return
+    # The rest: vectors that end with the tile's last column.
+    nv = (t.width - c + FN_W - 1) // FN_W
+    if t.width >= nv * FN_W:
+        if sx == sizeof(in_t):
+            edge_welford(x, rs, sizeof(in_t), nrows, k0, t.width - nv * FN_W, c, t.width,
+                         pivot, mean, m2, ki)
+        else:
+            edge_welford(x, rs, sx, nrows, k0, t.width - nv * FN_W, c, t.width,
+                         pivot, mean, m2, ki)
+        return
     while c < t.width:
         for k in range(nrows):
             y = sload(x + k * rs + c * sx, ki) - pivot[c]
@@ -1840,8 +1925,11 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
 
 
 cdef inline void normalize_columns(const char* xp, char* yp, const Param* g, const Param* b,
-                                   const Tile* t, bint stream, in_t* ki, out_t* ko) noexcept nogil:
-    """One contiguous row of a tile, each column with its own coefficients."""
+                                   const Tile* t, Py_ssize_t c0, Py_ssize_t c1, bint stream,
+                                   const char* ahead, in_t* ki, out_t* ko) noexcept nogil:
+    """Columns c0 .. c1 of one contiguous row of a tile, each column with
+    its own coefficients; `ahead` (or NULL): the next piece of x to read,
+    fetched a vector's bytes of it per vector."""
     # Locals, not fields: stores to y could alias the fields as far as the
     # compiler knows, and would make it reload them every iteration.
     cdef const in_t* x = <const in_t*>xp
@@ -1851,16 +1939,18 @@ cdef inline void normalize_columns(const char* xp, char* yp, const Param* g, con
     cdef const double* scale = t.scale
     cdef const double* gp = g.p
     cdef const double* bp = b.p
-    cdef Py_ssize_t ginc = g.inc, binc = b.inc, width = t.width
+    cdef Py_ssize_t ginc = g.inc, binc = b.inc
     cdef fn_vd v
-    cdef Py_ssize_t c = 0, head = 0
+    cdef Py_ssize_t c = c0, head = 0
     if stream:
-        head = (<size_t>y // sizeof(out_t)) % FN_W
-        head = min(width, 0 if head == 0 else FN_W - head)
+        head = (<size_t>(y + c0) // sizeof(out_t)) % FN_W
+        head = c0 + min(c1 - c0, 0 if head == 0 else FN_W - head)
     while c < head:
         column_scalar(x, y, g, b, t, c, ki, ko)
         c = c + 1
-    while c + FN_W <= width:
+    while c + FN_W <= c1:
+        if ahead != NULL:
+            fn_prefetch(ahead + (c - c0) * sizeof(in_t))
         v = fn_sub(shifted(vload(<const char*>(x + c), sizeof(in_t), ki), fn_load_f64(pivot + c), ki),
                    fn_load_f64(shift + c))
         v = fn_fma(fn_mul(v, fn_load_f64(scale + c)), fn_load_f64(gp + c * ginc),
@@ -1870,7 +1960,7 @@ cdef inline void normalize_columns(const char* xp, char* yp, const Param* g, con
         else:
             vstore(<char*>(y + c), sizeof(out_t), v, ko)
         c = c + FN_W
-    while c < width:
+    while c < c1:
         column_scalar(x, y, g, b, t, c, ki, ko)
         c = c + 1
 
@@ -2001,8 +2091,10 @@ cdef void plan_columns_f32(ColumnPlan* p, bint has_y) noexcept nogil:
 
 
 cdef inline void column_segment(const ColumnPlan* p, const Tile* t, const Odometer* row,
-                                Py_ssize_t group, in_t* ki, out_t* ko) noexcept nogil:
-    """The output of one row of one tile."""
+                                Py_ssize_t group, Py_ssize_t c0, Py_ssize_t c1,
+                                const char* ahead, in_t* ki, out_t* ko) noexcept nogil:
+    """The output of columns c0 .. c1 of one row of one tile (see
+    normalize_columns for `ahead`)."""
     cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
     cdef Py_ssize_t sx = vec.stride[OP_X], sy = vec.stride[OP_Y]
     cdef Py_ssize_t sg = vec.stride[OP_G], sb = vec.stride[OP_B], c
@@ -2020,17 +2112,18 @@ cdef inline void column_segment(const ColumnPlan* p, const Tile* t, const Odomet
             if not p.fold:
                 g = <float>(<const double*>gp)[0]
                 b = <float>(<const double*>bp)[0]
-            fn_normalize_cols_f32(<const float*>xp, <float*>yp, m32, m32 + COL_TILE + WRAP,
-                                  m32 + 2 * (COL_TILE + WRAP), t.width, g, b, p.L.stream)
+            fn_normalize_cols_f32((<const float*>xp) + c0, (<float*>yp) + c0, m32 + c0,
+                                  m32 + COL_TILE + WRAP + c0, m32 + 2 * (COL_TILE + WRAP) + c0,
+                                  c1 - c0, g, b, p.L.stream, ahead)
             return
     if (sx == sizeof(in_t) and sy == sizeof(out_t)
             and param_init(&gv, gp, sg) and param_init(&bv, bp, sb)):
         if p.L.stream:
-            normalize_columns(xp, yp, &gv, &bv, t, True, ki, ko)
+            normalize_columns(xp, yp, &gv, &bv, t, c0, c1, True, ahead, ki, ko)
         else:
-            normalize_columns(xp, yp, &gv, &bv, t, False, ki, ko)
+            normalize_columns(xp, yp, &gv, &bv, t, c0, c1, False, ahead, ki, ko)
         return
-    for c in range(t.width):
+    for c in range(c0, c1):
         ts = ((sload(xp + c * sx, ki) - t.pivot[c]) - t.shift[c]) * t.scale[c]
         sstore(yp + c * sy, ts * (<const double*>(gp + c * sg))[0]
                + (<const double*>(bp + c * sb))[0], ko)
@@ -2039,13 +2132,18 @@ cdef inline void column_segment(const ColumnPlan* p, const Tile* t, const Odomet
 cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odometer* ahead,
                               Py_ssize_t nr, Py_ssize_t row_bytes, in_t* ki,
                               out_t* ko) noexcept nogil:
-    """The float32 output of nr rows of one outer index from `row` on, in
-    groups of OUT_ROWS rows, each group OUT_CHUNK columns at a time (tiles
-    whose coefficients float32 cannot hold go row by row)."""
+    """The output of nr rows of one outer index from `row` on, in groups of
+    OUT_ROWS rows, each group a chunk of columns at a time (OUT_CHUNK for
+    the float32 pass, half that with float64 coefficients): the chunk's
+    coefficients stay in L1 for the group, where a whole wide row's would
+    not."""
     cdef Odometer r
-    cdef Py_ssize_t k0 = 0, k, n, j, c0, cw, group
-    cdef const float* m32
-    cdef float g = 1.0, b = 0.0
+    cdef Py_ssize_t k0 = 0, k, n, j, c0, cw, chunk, group
+    cdef const char* xp
+    cdef const char* nxt
+    # Rows a fixed step apart (one reduced axis) fetch each next piece.
+    cdef Py_ssize_t rs = p.L.red[p.L.n_red - 1].stride[OP_X]
+    cdef bint fetch = p.L.n_red == 1 and not p.prefetch
     while k0 < nr:
         n = min(<Py_ssize_t>OUT_ROWS, nr - k0)
         if p.prefetch:
@@ -2056,26 +2154,29 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
             if p.n_tiles > 1:
                 tile_move(p, t, j)
             group = t.group
-            if not p.ok32[group]:
-                r = row[0]
-                for k in range(n):
-                    column_segment(p, t, &r, group, ki, ko)
-                    odo_next(&r, p.L.red, p.L.n_red)
-                continue
-            m32 = p.coef32 + group * COEF32_STRIDE
+            chunk = OUT_CHUNK
+            if in_t is not float or out_t is not float or not p.f32 or not p.ok32[group]:
+                chunk = OUT_CHUNK // 2
             c0 = 0
             while c0 < t.width:
-                cw = min(<Py_ssize_t>OUT_CHUNK, t.width - c0)
+                cw = min(chunk, t.width - c0)
                 r = row[0]
                 for k in range(n):
-                    if not p.fold:
-                        g = <float>(<const double*>col_ptr(p, t, &r, OP_G))[0]
-                        b = <float>(<const double*>col_ptr(p, t, &r, OP_B))[0]
-                    fn_normalize_cols_f32((<const float*>col_ptr(p, t, &r, OP_X)) + c0,
-                                          (<float*>col_ptr(p, t, &r, OP_Y)) + c0,
-                                          m32 + c0, m32 + COL_TILE + WRAP + c0,
-                                          m32 + 2 * (COL_TILE + WRAP) + c0, cw, g, b,
-                                          p.L.stream)
+                    # The next piece in this order (the same chunk of the
+                    # next row, or the next chunk of the group's first row)
+                    # is a page or more away: prefetchers would meet it cold.
+                    # eval batch_norm over (4096, 4096) float32, one thread,
+                    # time / a copy: 1.39 -> 1.06.
+                    nxt = NULL
+                    if fetch:
+                        xp = col_ptr(p, t, &r, OP_X) + c0 * p.L.kept[p.L.n_kept - 1].stride[OP_X]
+                        if k + 1 < n:
+                            nxt = xp + rs
+                        elif c0 + 2 * cw <= t.width:
+                            # (A shorter last chunk is not fetched: the
+                            # fetch covers cw columns.)
+                            nxt = xp - k * rs + cw * p.L.kept[p.L.n_kept - 1].stride[OP_X]
+                    column_segment(p, t, &r, group, c0, c0 + cw, nxt, ki, ko)
                     odo_next(&r, p.L.red, p.L.n_red)
                 c0 = c0 + cw
         for k in range(n):
@@ -2085,15 +2186,14 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
 
 cdef void column_rows_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
                                 out_t* ko) noexcept nogil:
-    """The output of a block of rows of one outer index, row by row and each
-    row tile by tile: memory is read and written in address order (a tile
-    at a time, rows would be pieces far apart).  The float32 pass takes a
-    few rows at a time instead, chunk by chunk (column_rows_chunked)."""
+    """The output of a block of rows of one outer index: rows that follow
+    each other as one run (periodic coefficients), others a few rows at a
+    time, chunk by chunk (column_rows_chunked)."""
     cdef Tile t
     cdef Odometer row, ahead
     cdef Py_ssize_t outer = item // p.n_out_blocks
     cdef Py_ssize_t r0 = (item % p.n_out_blocks) * p.rows_per_out
-    cdef Py_ssize_t nr = min(p.rows_per_out, p.n_rows - r0), k, j
+    cdef Py_ssize_t nr = min(p.rows_per_out, p.n_rows - r0)
     cdef const float* m32
     cdef Py_ssize_t row_bytes = p.n_cols * p.L.kept[p.L.n_kept - 1].stride[OP_X]
     odo_init(&row, p.L.red, p.L.n_red, r0)
@@ -2113,20 +2213,7 @@ cdef void column_rows_normalize(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
                      nr * p.n_cols, ki, ko)
         fn_sfence()
         return
-    if in_t is float and out_t is float:
-        if p.f32:
-            column_rows_chunked(p, &t, &row, &ahead, nr, row_bytes, ki, ko)
-            fn_sfence()
-            return
-    for k in range(nr):
-        if p.prefetch:
-            fetch_lines(p.L.base[OP_X] + t.outer.off[OP_X] + ahead.off[OP_X], row_bytes)
-            odo_next(&ahead, p.L.red, p.L.n_red)
-        for j in range(p.n_tiles):
-            if p.n_tiles > 1:
-                tile_move(p, &t, j)
-            column_segment(p, &t, &row, outer * p.n_tiles + j, ki, ko)
-        odo_next(&row, p.L.red, p.L.n_red)
+    column_rows_chunked(p, &t, &row, &ahead, nr, row_bytes, ki, ko)
     fn_sfence()
 
 
@@ -2175,6 +2262,12 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     p.prefetch = (not (L.n_red >= 1 and L.red[L.n_red - 1].stride[OP_X]
                        == p.n_cols * L.kept[L.n_kept - 1].stride[OP_X])
                   and p.n_cols * L.kept[L.n_kept - 1].stride[OP_X] <= PREFETCH_ROW_MAX)
+    # From cache a strip reads a line twice at little cost, and the edges'
+    # vectors cost their own sweeps: mean_var over axis 0, one thread,
+    # (256, 1024) float32 1.89 -> 1.97x a copy, float64 1.33 -> 1.42,
+    # against (8192, 1024) 0.83 -> 0.67 and 0.87 -> 0.78.
+    p.line_start = (p.n_outer * p.n_rows * p.n_cols * <Py_ssize_t>sizeof(in_t)
+                    > CACHED_BYTES)
     p.state = NULL
     p.coef32 = NULL
     p.ok32 = NULL
@@ -2195,7 +2288,12 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
     if in_t is float and out_t is float:
         plan_columns_f32(&p, has_y)
         p.periodic = p.f32 and runs
-    if runs and not p.periodic and p.n_outer == 1:
+    # The float64 run's coefficients (4 x 8 bytes a column) must stay in L1
+    # beside the stream; wider rows go in chunks.  eval batch_norm, float64,
+    # one thread, time / a copy, run -> chunks: (16384, 1024) 1.40 -> 1.05,
+    # (8192, 2048) 1.45 -> 0.91, but (32768, 512) 0.82 -> 0.94.
+    if (runs and not p.periodic and p.n_outer == 1
+            and p.n_cols * 4 * <Py_ssize_t>sizeof(double) <= PERIODIC_BYTES):
         p.per = <double*>fn_malloc(4 * (p.n_cols + FN_W) * sizeof(double))
         if p.per == NULL:
             return -1

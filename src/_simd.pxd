@@ -24,6 +24,9 @@ cdef extern from "fastnorm_simd.h" nogil:
     fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c)
     fn_vd fn_div(fn_vd a, fn_vd b)
     fn_vd fn_sqrt(fn_vd a)
+    fn_vd fn_lane_mask(Py_ssize_t lo, Py_ssize_t hi)
+    fn_vd fn_masked(fn_vd a, fn_vd mask)
+    fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
     fn_vd fn_hsum_rows(const fn_vd* v)
     double fn_hsum(fn_vd a)
     void fn_prefetch(const void* p)
@@ -43,7 +46,8 @@ cdef extern from "fastnorm_simd.h" nogil:
                           const float* b, Py_ssize_t b_inc, Py_ssize_t n,
                           float m, float s, float e, int stream, int down, const char* ahead)
     void fn_normalize_cols_f32(const float* x, float* y, const float* m, const float* s,
-                               const float* e, Py_ssize_t n, float g, float b, int stream)
+                               const float* e, Py_ssize_t n, float g, float b, int stream,
+                               const char* ahead)
     void fn_normalize_rows_f32(const float* x, float* y, Py_ssize_t rows, Py_ssize_t n,
                                const float* g, const float* b, const float* m, const float* s,
                                const float* e, int stream)

@@ -279,6 +279,48 @@ static inline void fn_sfence(void) {}
 
 static inline fn_vd fn_zero(void) { return fn_set1(0.0); }
 
+/* Lane masks, held as the bits of a vector of doubles (all ones or all
+ * zeros per lane; never used as numbers): lanes lo <= l < hi. */
+static inline fn_vd fn_lane_mask(ptrdiff_t lo, ptrdiff_t hi)
+{
+    fn_vd m;
+    uint64_t bits[FN_W];
+    for (int l = 0; l < FN_W; l++)
+        bits[l] = (l >= lo && l < hi) ? ~(uint64_t)0 : 0;
+    memcpy(&m, bits, sizeof m);
+    return m;
+}
+
+/* The lanes of a where mask is set, +0.0 elsewhere. */
+static inline fn_vd fn_masked(fn_vd a, fn_vd mask)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    typedef int64_t vi __attribute__((vector_size(FN_VBYTES)));
+    return (fn_vd)((vi)a & (vi)mask);
+#else
+    uint64_t x[FN_W], m[FN_W];
+    memcpy(x, &a, sizeof x); memcpy(m, &mask, sizeof m);
+    for (int l = 0; l < FN_W; l++) x[l] &= m[l];
+    memcpy(&a, x, sizeof x);
+    return a;
+#endif
+}
+
+/* The lanes of a where mask is set, those of b elsewhere. */
+static inline fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    typedef int64_t vi __attribute__((vector_size(FN_VBYTES)));
+    return (fn_vd)(((vi)a & (vi)mask) | ((vi)b & ~(vi)mask));
+#else
+    uint64_t x[FN_W], y[FN_W], m[FN_W];
+    memcpy(x, &a, sizeof x); memcpy(y, &b, sizeof y); memcpy(m, &mask, sizeof m);
+    for (int l = 0; l < FN_W; l++) x[l] = (x[l] & m[l]) | (y[l] & ~m[l]);
+    memcpy(&a, x, sizeof x);
+    return a;
+#endif
+}
+
 #if defined(__GNUC__) || defined(__clang__)
 #define FN_PREFETCH(p, locality) __builtin_prefetch((p), 0, (locality))
 #else
@@ -471,13 +513,21 @@ static inline void fn_normalize_f32(const float *x, float *y, const float *g, pt
  * g = 1 and b = 0), and g, b are the row's. */
 static inline void fn_normalize_cols_f32(const float *x, float *y, const float *m,
                                          const float *s, const float *e, ptrdiff_t n,
-                                         float g, float b, int stream)
+                                         float g, float b, int stream, const char *ahead)
 {
     ptrdiff_t i = 0;
 #if defined(__GNUC__) || defined(__clang__)
     fn_vf32 vg = fn_set1_f32(g), vb = fn_set1_f32(b);
     for (ptrdiff_t head = fn_head_f32(y, n, stream); i < head; i++)
         y[i] = ((x[i] - m[i]) * s[i] - e[i]) * g + b;
+    if (ahead != NULL) {
+        /* The same bytes of the next piece of x, a line per vector. */
+        for (; i + FN_WF <= n; i += FN_WF) {
+            fn_prefetch(ahead + i * sizeof(float));
+            fn_put_f32(y + i, ((fn_loadu_f32(x + i) - fn_loadu_f32(m + i)) * fn_loadu_f32(s + i)
+                               - fn_loadu_f32(e + i)) * vg + vb, stream);
+        }
+    }
     for (; i + FN_WF <= n; i += FN_WF)
         fn_put_f32(y + i, ((fn_loadu_f32(x + i) - fn_loadu_f32(m + i)) * fn_loadu_f32(s + i)
                            - fn_loadu_f32(e + i)) * vg + vb, stream);
