@@ -9,6 +9,8 @@ import warnings
 import numpy as np
 from numpy.exceptions import AxisError
 
+from . import _dispatch
+
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _F64 = np.dtype(np.float64)
 _F32 = np.dtype(np.float32)
@@ -173,7 +175,9 @@ def float64_param(value, keep):
     """A float ndarray of a parameter's named shape in keepdims layout
     (shape `keep`), as aligned float64: a view when it already is one."""
     a = value.reshape(keep)
-    return a if a.dtype == _F64 and a.flags.aligned else a.astype(_F64)
+    if a.dtype == _F64 and a.flags.aligned:
+        return a
+    return _dispatch.kernels.as_float64(a)  # large ones in kept memory: no page faults
 
 
 def running_stat(value, name, x_shape, along):

@@ -2,6 +2,7 @@
 # the kernels' malloc, calloc and free.
 
 cdef extern from "fastnorm_scratch.h" nogil:
+    size_t FN_KEEP_MIN
     void* fn_malloc(size_t size)
     void* fn_calloc(size_t count, size_t size)
     void fn_free(void* p)

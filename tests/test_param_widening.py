@@ -1,0 +1,96 @@
+"""Gain and bias of float16/float32 widened to the float64 the kernels read
+(kernels.as_float64 and row_f64): arrays of 64 KiB of float64 or more live
+in the kernels' kept scratch blocks, smaller ones in NumPy's memory.  Both
+sides of that bound, any strides, and the blocks' lifetimes: a block lent
+to a live array is never handed to anything else."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastnorm
+from fastnorm import _dispatch
+from reference import assert_close, ref_layer_norm, ref_rms_norm
+
+KEPT_MIN_VALUES = (64 << 10) // 8     # FN_KEEP_MIN bytes of float64
+
+
+def _kernels():
+    return _dispatch.kernels
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+       rows=st.integers(1, 40),
+       cols=st.sampled_from([1, 7, 203, 204, 205, 512, 4097]),
+       view=st.sampled_from(["contiguous", "reversed", "every other column", "transposed"]),
+       seed=st.integers(0, 2**16))
+def test_as_float64_equals_astype(dtype, rows, cols, view, seed):
+    src = np.random.default_rng(seed).standard_normal((rows, 2 * cols)).astype(dtype)
+    a = {"contiguous": src[:, :cols], "reversed": src[::-1, ::-1],
+         "every other column": src[:, ::2], "transposed": src.T}[view]
+    before = a.copy()
+    got = _kernels().as_float64(a)
+    assert got.dtype == np.float64 and got.shape == a.shape and got.flags.c_contiguous
+    assert got.flags.writeable
+    np.testing.assert_array_equal(got, a.astype(np.float64))
+    np.testing.assert_array_equal(a, before)          # the input is left alone
+    assert not np.may_share_memory(got, a)
+
+
+@pytest.mark.parametrize("n", [KEPT_MIN_VALUES - 1, KEPT_MIN_VALUES, 3 * KEPT_MIN_VALUES])
+def test_widened_arrays_own_their_memory_while_alive(n):
+    # Each live result keeps its block: later calls (which take and give back
+    # scratch blocks of every size) and later widenings never write into it.
+    k = _kernels()
+    rng = np.random.default_rng(n)
+    sources = [rng.standard_normal(n).astype(np.float32) for _ in range(12)]
+    live = [(k.as_float64(s), s) for s in sources]
+    x = rng.standard_normal((64, n)).astype(np.float32)
+    for i in range(6):
+        fastnorm.layer_norm(x, sources[i], sources[i + 1])
+        fastnorm.mean_var(x, axis=0)
+        del live[0]                             # one block goes back...
+        live.append((k.as_float64(sources[i]), sources[i]))     # ...and out again
+    for arr, src in live:
+        np.testing.assert_array_equal(arr, src.astype(np.float64))
+    ptrs = [arr.ctypes.data for arr, _ in live]
+    assert len(set(ptrs)) == len(ptrs)
+
+
+def test_row_f64_large_row():
+    k = _kernels()
+    p = np.random.default_rng(3).standard_normal(2 * KEPT_MIN_VALUES).astype(np.float32)
+    got = k.row_f64(p, 3)
+    assert got.shape == (1, 1, p.size) and got.dtype == np.float64
+    np.testing.assert_array_equal(got.reshape(-1), p.astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_layer_norm_over_two_axes_with_large_float_params(dtype):
+    # (49, 256) gain and bias: 98 KiB as float64, so widened into kept blocks.
+    rng = np.random.default_rng(4)
+    x = (5.0 + rng.standard_normal((6, 49, 256))).astype(dtype)
+    g = rng.uniform(0.5, 2.0, (49, 256)).astype(dtype)
+    b = rng.standard_normal((49, 256)).astype(dtype)
+    for _ in range(2):        # the second call reuses the blocks the first gave back
+        y = fastnorm.layer_norm(x, g, b, axis=(1, 2))
+        ref = ref_layer_norm(x, (1, 2), g, b)[0]
+        tol = 5e-3 if dtype == np.float16 else 1e-5
+        assert_close(y, ref, tol * (np.abs(ref) + 1.0), f"layer_norm {dtype.__name__}")
+
+
+def test_quick_call_with_long_float32_rows():
+    # The last axis alone, a 1-d float32 gain of 2 * KEPT_MIN_VALUES values:
+    # the quick call widens it with row_f64 into a kept block.
+    rng = np.random.default_rng(5)
+    n = 2 * KEPT_MIN_VALUES
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    g = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    y = fastnorm.layer_norm(x, g, b)
+    ref = ref_layer_norm(x, (1,), g, b)[0]
+    assert_close(y, ref, 1e-5 * (np.abs(ref) + 1.0), "layer_norm")
+    y = fastnorm.rms_norm(x, g)
+    ref = ref_rms_norm(x, (1,), g)[0]
+    assert_close(y, ref, 1e-5 * (np.abs(ref) + 1.0), "rms_norm")
