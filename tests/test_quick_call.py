@@ -332,3 +332,25 @@ def test_quick_path_does_not_take_out_dtype_or_stats():
     assert mean.shape == (4, 1) and rstd.shape == (4, 1)
     y, rstd = fastnorm.rms_norm(X, return_stats=True)
     assert rstd.shape == (4, 1)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_quick_rows_in_c_keep_x_layout_and_bound(order, dtype):
+    # kernels.quick_rows (the quick call's checks in C) writes y in x's
+    # memory order, as np.empty_like would, and leaves calls of parallel_min
+    # values or more, and out=, to the Python checks.
+    k = _dispatch.kernels
+    rng = np.random.default_rng(9)
+    x = np.asarray(rng.standard_normal((6, 50)) + 3, dtype=dtype, order=order)
+    g = rng.uniform(0.5, 2, 50).astype(dtype)[::-1]
+    y = k.quick_rows(x, -1, g, None, 1e-5, k.MODES["center"])
+    assert y is not None and y.strides == np.empty_like(x).strides
+    assert_bitwise(y, fastnorm.layer_norm(x, g, axis=(1,)), "quick_rows")
+    big = np.ones((k.parallel_min // 64, 64), dtype)
+    assert k.quick_rows(big, -1, None, None, 1e-5, k.MODES["rms"]) is None
+    assert k.quick_rows(big[:-1], -1, None, None, 1e-5, k.MODES["rms"]) is not None
+    if order == "C":
+        out = np.empty_like(x)
+        assert _quick.last_axis(x, -1, "center", 1e-5, g, None, out) is out
+        assert_bitwise(out, y, "into out=")
