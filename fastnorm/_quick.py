@@ -26,7 +26,6 @@ _LARGEST = float(np.finfo(np.float64).max)
 # reduced mask (the kernel's per-axis flags) by number of dimensions
 _LAST_AXIS = {n: (False,) * (n - 1) + (True,) for n in range(1, 65)}
 _STATS = _dispatch.kernels.MODES["stats"]
-_MODES = _dispatch.kernels.MODES
 
 
 def last_axis(x, axis, mode, eps, gamma, beta, out=None):
