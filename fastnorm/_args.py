@@ -173,9 +173,13 @@ def param(value, name, x_shape, along):
 
 def float64_param(value, keep):
     """A float ndarray of a parameter's named shape in keepdims layout
-    (shape `keep`), as aligned float64: a view when it already is one."""
+    (shape `keep`), as aligned C-contiguous float64: a view when it already
+    is one.  A strided float64 one is copied too: the kernels' float32 pass
+    reads gain and bias as contiguous tables and the float64 pass where
+    they are, and the same values must give the same bits whatever their
+    layout (float32 x with a reversed float64 gain differed in the last bit)."""
     a = value.reshape(keep)
-    if a.dtype == _F64 and a.flags.aligned:
+    if a.dtype == _F64 and a.flags.aligned and a.flags.c_contiguous:
         return a
     return _dispatch.kernels.as_float64(a)  # large ones in kept memory: no page faults
 

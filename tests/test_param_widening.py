@@ -94,3 +94,46 @@ def test_quick_call_with_long_float32_rows():
     y = fastnorm.rms_norm(x, g)
     ref = ref_rms_norm(x, (1,), g)[0]
     assert_close(y, ref, 1e-5 * (np.abs(ref) + 1.0), "rms_norm")
+
+
+def _in_layout(p, layout):
+    """p's values in a layout: contiguous, reversed, or every other value."""
+    if layout == "contiguous":
+        return p.copy()
+    if layout == "reversed":
+        return p[::-1].copy()[::-1]
+    spread = np.zeros(2 * p.size, p.dtype)
+    spread[::2] = p
+    return spread[::2]
+
+
+@settings(max_examples=80, deadline=None)
+@given(x_dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+       p_dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+       shape=st.sampled_from([(2,), (1, 2), (5, 3), (64, 33), (9, 768), (3, 4, 17)]),
+       layout=st.sampled_from(["reversed", "every other value"]),
+       with_beta=st.booleans(), seed=st.integers(0, 2**16))
+def test_parameter_layout_leaves_the_bits_alone(x_dtype, p_dtype, shape, layout, with_beta,
+                                                seed):
+    # The same gain and bias values in any layout give the same bits: the
+    # float32 pass reads them as contiguous tables, so strided float64 ones
+    # are copied rather than read where they are (a reversed float64 gain
+    # once sent a float32 call down the float64 pass, one value apart).
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(x_dtype)
+    n = shape[-1]
+    gamma = rng.uniform(0.5, 2.0, n).astype(p_dtype)
+    beta = rng.standard_normal(n).astype(p_dtype) if with_beta else None
+    g2 = _in_layout(gamma, layout)
+    b2 = None if beta is None else _in_layout(beta, layout)
+    for axis in (-1, (x.ndim - 1,)):          # the quick call and the general one
+        y = fastnorm.layer_norm(x, gamma, beta, axis=axis)
+        y2 = fastnorm.layer_norm(x, g2, b2, axis=axis)
+        np.testing.assert_array_equal(y2.view(np.uint8), y.view(np.uint8))
+        r = fastnorm.rms_norm(x, gamma, axis=axis)
+        r2 = fastnorm.rms_norm(x, g2, axis=axis)
+        np.testing.assert_array_equal(r2.view(np.uint8), r.view(np.uint8))
+    ref = ref_layer_norm(x, (x.ndim - 1,), gamma.astype(np.float64),
+                         None if beta is None else beta.astype(np.float64))[0]
+    tol = {np.float16: 4e-3, np.float32: 2e-6, np.float64: 1e-12}[x_dtype]
+    assert_close(y, ref, tol * (1.0 + np.abs(ref)) * 4, "y")
