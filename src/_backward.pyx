@@ -66,8 +66,12 @@ cdef enum:
     ROWS = 4                        # slices whose parameter sums share one
                                     # pass over the partial buffers
     G32_MAX = 1 << 20               # entries of gamma copied to float32 at most
+    PASS_GROUPS = 16                # COLUMNS groups (tiles of one outer slice)
+                                    # per pass (run_passes)
 
 MODES = {"center": MODE_CENTER, "rms": MODE_RMS, "scale": MODE_SCALE}
+column_tile = COL_TILE
+pass_groups = PASS_GROUPS
 
 
 cdef struct Grad:
@@ -1286,10 +1290,7 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     n_blocks = block_count(units, min_per_block, per_unit * sizeof(double))
     g.per_block = (units + n_blocks - 1) // n_blocks
     g.n_blocks = (units + g.per_block - 1) // g.per_block
-    g.slice_param = L.columns and g.n_param == L.n_slices
-    for i in range(L.n_red):
-        if L.red[i].stride[OP_G] != 0:
-            g.slice_param = False
+    g.slice_param = L.columns and gamma_per_slice(g)
     g.sums = NULL
     g.c32 = NULL
     g.c64 = NULL
@@ -1338,12 +1339,60 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     return 0
 
 
+cdef inline bint gamma_per_slice(const Grad* g) noexcept nogil:
+    """Whether gamma has one entry per slice (batch norm's per-feature one):
+    then a slice's sums are its parameter sums."""
+    cdef int i
+    if g.n_param != g.L.n_slices:
+        return False
+    for i in range(g.L.n_red):
+        if g.L.red[i].stride[OP_G] != 0:
+            return False
+    return True
+
+
+cdef int run_passes(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
+    """run over pieces of the kept axes of at most PASS_GROUPS groups each
+    (pass_axis, _layout.pxd), for COLUMNS calls with gamma per column: every
+    piece's gradients are its own columns' (gamma, dgamma and dbeta moved
+    with it).  Many short columns took per-column scratch (48 bytes a
+    column) beyond any kept block, fresh pages every call:
+    batch_norm_backward over axis 0 of (2, 3211264) float32 spent a third
+    of its time in page faults."""
+    cdef const Layout* L = g.L
+    cdef Layout sub             # (6 KiB; a pass's recursion is a few deep)
+    cdef Grad piece
+    cdef Py_ssize_t step, start = 0, size, shift
+    cdef int a, rc = 0
+    if not (L.columns and g.group == 1 and gamma_per_slice(g)):
+        return run(g, nthreads, ki, ko)
+    a = pass_axis(L, COL_TILE, PASS_GROUPS, &step)
+    if a < 0:
+        return run(g, nthreads, ki, ko)
+    while start < L.kept[a].size and rc == 0:
+        size = piece_size(L, a, start, step, COL_TILE)
+        layout_piece(L, &sub, a, start, size)
+        piece = g[0]
+        piece.L = &sub
+        piece.n_param = sub.n_slices
+        shift = start * L.kept[a].stride[OP_G]
+        piece.gamma = g.gamma + shift
+        piece.dgamma = g.dgamma + shift
+        piece.dbeta = g.dbeta + shift
+        if a == L.n_kept - 1:
+            rc = run(&piece, nthreads, ki, ko)
+        else:
+            rc = run_passes(&piece, nthreads, ki, ko)
+        start += size
+    return rc
+
+
 cdef int run_in(Grad* g, int nthreads, int out_code, in_t* ki) noexcept nogil:
     if out_code == 0:
-        return run(g, nthreads, ki, <half_t*>NULL)
+        return run_passes(g, nthreads, ki, <half_t*>NULL)
     if out_code == 1:
-        return run(g, nthreads, ki, <float*>NULL)
-    return run(g, nthreads, ki, <double*>NULL)
+        return run_passes(g, nthreads, ki, <float*>NULL)
+    return run_passes(g, nthreads, ki, <double*>NULL)
 
 
 def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,

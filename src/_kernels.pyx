@@ -16,7 +16,7 @@
 
 from cython.parallel cimport parallel, prange
 from _scratch cimport FN_KEEP_MIN, fn_calloc, fn_free, fn_malloc
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcpy
 from libc.math cimport sqrt, fabs, NAN
 from libc.float cimport DBL_MAX
 cimport numpy as cnp
@@ -2371,52 +2371,23 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
 cdef int columns_passes(const Layout* L, int mode, double eps, bint has_y, int nthreads,
                         in_t* ki, out_t* ko) noexcept nogil:
     """columns_kernel over pieces of L's kept axes of at most MAX_PASS_GROUPS
-    groups each: pieces of the columns (whole tiles) while the outer slices
-    are few, else of the outermost kept axis (an index of it that is still
-    too much goes on alone, that axis dropped).  Many short columns had
-    scratch beyond any kept block, fresh pages every call: mean_var over
-    axis 0 of (2, 3211264) float32 took 75 ms (NumPy: 17), 128 MiB of it."""
-    cdef Layout* sub
-    cdef int last = L.n_kept - 1, a, k, rc = 0
-    cdef Py_ssize_t n_cols = L.kept[last].size
-    cdef Py_ssize_t n_tiles = (n_cols + COL_TILE - 1) // COL_TILE
-    cdef Py_ssize_t n_outer = L.n_slices // n_cols
-    cdef Py_ssize_t step, start, size
-    if n_outer * n_tiles <= MAX_PASS_GROUPS:
+    groups each (pass_axis, _layout.pxd; an outer index that is still too
+    much goes on alone, split again).  Many short columns had scratch beyond
+    any kept block, fresh pages every call: mean_var over axis 0 of
+    (2, 3211264) float32 took 75 ms (NumPy: 17), 128 MiB of it."""
+    cdef Layout sub             # (6 KiB; a pass's recursion is a few deep)
+    cdef Py_ssize_t step, start = 0, size
+    cdef int a = pass_axis(L, COL_TILE, MAX_PASS_GROUPS, &step), rc = 0
+    if a < 0:
         return columns_kernel(L, mode, eps, has_y, nthreads, ki, ko)
-    if n_outer <= MAX_PASS_GROUPS:          # then n_tiles > 1
-        a = last
-        step = max(<Py_ssize_t>1, MAX_PASS_GROUPS // n_outer) * COL_TILE
-    else:                                   # then axis 0 is an outer one
-        a = 0
-        step = max(<Py_ssize_t>1,
-                   MAX_PASS_GROUPS // (n_outer // L.kept[0].size * n_tiles))
-    sub = <Layout*>fn_malloc(sizeof(Layout))
-    if sub == NULL:
-        return -1
-    start = 0
     while start < L.kept[a].size and rc == 0:
-        size = L.kept[a].size - start
-        # The last piece of the columns takes what remains: no narrow one.
-        if not (a == last and size < step + COL_TILE):
-            size = min(size, step)
-        memcpy(sub, L, sizeof(Layout))
-        sub.kept[a].size = size
-        sub.n_slices = L.n_slices // L.kept[a].size * size
-        for k in range(N_OPS):
-            sub.base[k] = L.base[k] + start * L.kept[a].stride[k]
-        for k in range(3):
-            if L.stat[k] != NULL:
-                sub.stat[k] = L.stat[k] + start * L.kept[a].stride[OP_S]
-        if size == 1 and a != last:
-            memmove(&sub.kept[0], &sub.kept[1], (sub.n_kept - 1) * sizeof(Axis))
-            sub.n_kept -= 1
-        if a == last:       # at most MAX_PASS_GROUPS + n_outer groups
-            rc = columns_kernel(sub, mode, eps, has_y, nthreads, ki, ko)
+        size = piece_size(L, a, start, step, COL_TILE)
+        layout_piece(L, &sub, a, start, size)
+        if a == L.n_kept - 1:       # at most MAX_PASS_GROUPS + n_outer groups
+            rc = columns_kernel(&sub, mode, eps, has_y, nthreads, ki, ko)
         else:
-            rc = columns_passes(sub, mode, eps, has_y, nthreads, ki, ko)
+            rc = columns_passes(&sub, mode, eps, has_y, nthreads, ki, ko)
         start += size
-    fn_free(sub)
     return rc
 
 

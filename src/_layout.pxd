@@ -17,6 +17,7 @@
 #            (N, C) and NHWC, layer norm over axis 0, F-ordered input).
 
 cimport numpy as cnp
+from libc.string cimport memcpy, memmove
 
 cdef enum:
     MAX_DIMS = 64
@@ -204,6 +205,60 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
             L.red[0].stride[k] = 0
         L.n_red = 1
     return 0
+
+
+# COLUMNS calls of many groups (a group: a tile of columns of one outer
+# slice) go in passes over pieces of their kept axes, so that the scratch a
+# pass takes (per-column state, a few hundred bytes a column) stays within
+# the kept blocks rather than coming as fresh pages on every call.
+
+cdef inline int pass_axis(const Layout* L, Py_ssize_t tile, Py_ssize_t max_groups,
+                          Py_ssize_t* step) noexcept nogil:
+    """The kept axis of a COLUMNS layout to cut into pieces of `step` indices
+    so that a piece holds at most about max_groups groups, or -1 when the
+    whole fits one pass: pieces of the columns (whole tiles) while the outer
+    slices are at most max_groups, else of the outermost kept axis."""
+    cdef int last = L.n_kept - 1
+    cdef Py_ssize_t n_cols = L.kept[last].size
+    cdef Py_ssize_t n_tiles = (n_cols + tile - 1) // tile
+    cdef Py_ssize_t n_outer = L.n_slices // n_cols
+    if n_outer * n_tiles <= max_groups:
+        return -1
+    if n_outer <= max_groups:                   # then n_tiles > 1
+        step[0] = max(<Py_ssize_t>1, max_groups // n_outer) * tile
+        return last
+    # Then axis 0 is an outer one.
+    step[0] = max(<Py_ssize_t>1, max_groups // (n_outer // L.kept[0].size * n_tiles))
+    return 0
+
+
+cdef inline Py_ssize_t piece_size(const Layout* L, int a, Py_ssize_t start, Py_ssize_t step,
+                                  Py_ssize_t tile) noexcept nogil:
+    """Indices of kept axis a in the piece starting at `start`: the last
+    piece of the columns takes what remains, so that none is narrow."""
+    cdef Py_ssize_t size = L.kept[a].size - start
+    if a == L.n_kept - 1 and size < step + tile:
+        return size
+    return min(size, step)
+
+
+cdef inline void layout_piece(const Layout* L, Layout* sub, int a, Py_ssize_t start,
+                              Py_ssize_t size) noexcept nogil:
+    """sub: L restricted to indices start .. start + size of kept axis a (an
+    outer axis left with one index dropped)."""
+    cdef int k
+    memcpy(sub, L, sizeof(Layout))
+    sub.kept[a].size = size
+    sub.n_slices = L.n_slices // L.kept[a].size * size
+    for k in range(N_OPS):
+        if L.base[k] != NULL:
+            sub.base[k] = L.base[k] + start * L.kept[a].stride[k]
+    for k in range(3):
+        if L.stat[k] != NULL:
+            sub.stat[k] = L.stat[k] + start * L.kept[a].stride[OP_S]
+    if size == 1 and a != L.n_kept - 1:
+        memmove(&sub.kept[0], &sub.kept[1], (sub.n_kept - 1) * sizeof(Axis))
+        sub.n_kept -= 1
 
 
 cdef inline int type_code(cnp.ndarray a) except -1:
