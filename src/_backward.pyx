@@ -66,6 +66,9 @@ cdef enum:
     ROWS = 4                        # slices whose parameter sums share one
                                     # pass over the partial buffers
     G32_MAX = 1 << 20               # entries of gamma copied to float32 at most
+    FOLD_CHUNK = 4096               # columns per work item of the folds and
+                                    # the coefficients (a call each cost more
+                                    # than the work with few rows)
     PASS_GROUPS = 16                # COLUMNS groups (tiles of one outer slice)
                                     # per pass (run_passes)
 
@@ -1016,20 +1019,34 @@ cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept 
             odo_next(&row, L.red, L.n_red)
 
 
-cdef void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
+cdef inline void kept_offsets(const Layout* L, Py_ssize_t si, Py_ssize_t* s_off,
+                              Py_ssize_t* g_off) noexcept nogil:
+    """The statistics' and gamma's byte offsets at flat kept index si: a
+    multiplication each for one kept axis (batch norm's (N, C)), else the
+    odometer (its set-up, per column, drew 8% of the samples of
+    batch_norm_backward over axis 0 of (2, 3211264))."""
+    cdef Odometer s
+    if L.n_kept == 1:
+        s_off[0] = si * L.kept[0].stride[OP_S]
+        g_off[0] = si * L.kept[0].stride[OP_G]
+        return
+    odo_init(&s, L.kept, L.n_kept, si)
+    s_off[0] = s.off[OP_S]
+    g_off[0] = s.off[OP_G]
+
+
+cdef inline void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
     """A and B of column si over all row blocks, in block order, scaled for
     pass 2 (kept in block 0's place).  With one gamma entry per column the
     block sums are sum(dy) and sum(dy * xhat): they are dbeta and dgamma.
     With columns in groups, A and B stay unscaled for cols_fold_group."""
-    cdef Py_ssize_t b, ns = g.sstride, off
+    cdef Py_ssize_t b, ns = g.sstride, off, s_off
     cdef double a = 0.0, bb = 0.0, gs
-    cdef Odometer s
     for b in range(g.n_blocks):
         a = a + g.sums[2 * b * ns + si]
         bb = bb + g.sums[2 * b * ns + ns + si]
     if g.slice_param:
-        odo_init(&s, g.L.kept, g.L.n_kept, si)
-        off = s.off[OP_G]
+        kept_offsets(g.L, si, &s_off, &off)
         (<double*>(g.dbeta + g.gshift + off))[0] = a
         (<double*>(g.dgamma + g.gshift + off))[0] = bb
         if g.group > 1:
@@ -1046,14 +1063,13 @@ cdef void cols_fold_group(const Grad* g, Py_ssize_t first) noexcept nogil:
     """A and B of the slice whose columns are first .. first + group (their
     sums in column order, then scaled by the slice's gamma), for each of
     those columns."""
-    cdef Py_ssize_t ns = g.sstride, si
+    cdef Py_ssize_t ns = g.sstride, si, s_off, g_off
     cdef double a = 0.0, bb = 0.0, gs
-    cdef Odometer s
     for si in range(first, first + g.group):
         a = a + g.sums[si]
         bb = bb + g.sums[ns + si]
-    odo_init(&s, g.L.kept, g.L.n_kept, first)
-    gs = (<const double*>(g.gamma + s.off[OP_G]))[0]
+    kept_offsets(g.L, first, &s_off, &g_off)
+    gs = (<const double*>(g.gamma + g_off))[0]
     for si in range(first, first + g.group):
         cols_scale(g, si, a * gs, bb * gs)
 
@@ -1072,17 +1088,16 @@ cdef inline void cols_scale(const Grad* g, Py_ssize_t si, double a, double bb) n
         g.sums[ns + si] = 0.0
 
 
-cdef int cols_coefs_f32(const Grad* g, Py_ssize_t si) noexcept nogil:
+cdef inline int cols_coefs_f32(const Grad* g, Py_ssize_t si) noexcept nogil:
     """Column si's float32 coefficients for cols_dx (after the folds);
     returns 1 when float32 cannot hold them, else 0."""
-    cdef Py_ssize_t ns = g.sstride
-    cdef Odometer s
+    cdef Py_ssize_t ns = g.sstride, s_off, g_off
     cdef double m, r, gs
     cdef float k[4]
-    odo_init(&s, g.L.kept, g.L.n_kept, si)
-    m = (<const double*>(g.L.stat[0] + s.off[OP_S]))[0]
-    r = (<const double*>(g.L.stat[1] + s.off[OP_S]))[0]
-    gs = (<const double*>(g.gamma + s.off[OP_G]))[0]
+    kept_offsets(g.L, si, &s_off, &g_off)
+    m = (<const double*>(g.L.stat[0] + s_off))[0]
+    r = (<const double*>(g.L.stat[1] + s_off))[0]
+    gs = (<const double*>(g.gamma + g_off))[0]
     if not f32_coefs(m, r, gs * r, g.sums[si], g.sums[ns + si], k):
         return 1
     g.c32[si] = k[0]
@@ -1097,17 +1112,16 @@ cdef inline bint roomy(double v) noexcept nogil:
     return fabs(v) < 1e300 and (v == 0.0 or fabs(v) > 1e-300)
 
 
-cdef int cols_coefs_f64(const Grad* g, Py_ssize_t si) noexcept nogil:
+cdef inline int cols_coefs_f64(const Grad* g, Py_ssize_t si) noexcept nogil:
     """Column si's float64 coefficients for grad_cols_f64 (after the folds):
     dx = dy * k1 + (x - m) * k2 + k0; returns 1 when one of them could
     overflow (or flush) where the unfolded formula does not (rstd^2), else 0."""
-    cdef Py_ssize_t ns = g.sstride
-    cdef Odometer s
+    cdef Py_ssize_t ns = g.sstride, s_off, g_off
     cdef double m, r, gs, k1, k2, k0
-    odo_init(&s, g.L.kept, g.L.n_kept, si)
-    m = (<const double*>(g.L.stat[0] + s.off[OP_S]))[0]
-    r = (<const double*>(g.L.stat[1] + s.off[OP_S]))[0]
-    gs = (<const double*>(g.gamma + s.off[OP_G]))[0]
+    kept_offsets(g.L, si, &s_off, &g_off)
+    m = (<const double*>(g.L.stat[0] + s_off))[0]
+    r = (<const double*>(g.L.stat[1] + s_off))[0]
+    gs = (<const double*>(g.gamma + g_off))[0]
     k1 = gs * r
     k2 = -r * r * g.sums[ns + si]
     k0 = -r * g.sums[si]
@@ -1146,6 +1160,27 @@ cdef inline void grad_cols_f64(const double* x, const double* dy, double* dx, co
         c = c + 1
 
 
+cdef inline Py_ssize_t chunks(Py_ssize_t n) noexcept nogil:
+    return (n + FOLD_CHUNK - 1) // FOLD_CHUNK
+
+
+cdef void cols_fold_chunk(const Grad* g, Py_ssize_t c) noexcept nogil:
+    cdef Py_ssize_t si
+    for si in range(c * FOLD_CHUNK, min((c + 1) * FOLD_CHUNK, g.L.n_slices)):
+        cols_fold(g, si)
+
+
+cdef Py_ssize_t cols_coefs_chunk(const Grad* g, Py_ssize_t c, in_t* kind) noexcept nogil:
+    """cols_coefs_* of the columns of chunk c; how many did not fit."""
+    cdef Py_ssize_t si, n_bad = 0
+    for si in range(c * FOLD_CHUNK, min((c + 1) * FOLD_CHUNK, g.L.n_slices)):
+        if in_t is float:
+            n_bad += cols_coefs_f32(g, si)
+        else:
+            n_bad += cols_coefs_f64(g, si)
+    return n_bad
+
+
 cdef inline bint cols_folded_fit(const Grad* g, Py_ssize_t itemsize) noexcept nogil:
     """Whether cols_dx can run from folded per-column coefficients: columns
     contiguous in x, dy and dx, and gamma the same for every row (one
@@ -1178,12 +1213,10 @@ cdef void cols_folded_coefs(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept
         return
     if in_t is float:
         g.c32 = <float*>buf
-        for i in prange(g.L.n_slices, num_threads=nthreads, schedule="static"):
-            n_bad += cols_coefs_f32(g, i)
     else:
         g.c64 = <double*>buf
-        for i in prange(g.L.n_slices, num_threads=nthreads, schedule="static"):
-            n_bad += cols_coefs_f64(g, i)
+    for i in prange(chunks(g.L.n_slices), num_threads=nthreads, schedule="static"):
+        n_bad += cols_coefs_chunk(g, i, ki)
     if n_bad:
         fn_free(buf)
         g.c32 = NULL
@@ -1315,8 +1348,8 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         else:
             for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
                 cols_sums(g, i, ki)
-        for i in prange(L.n_slices, num_threads=nthreads, schedule="static"):
-            cols_fold(g, i)
+        for i in prange(chunks(L.n_slices), num_threads=nthreads, schedule="static"):
+            cols_fold_chunk(g, i)
         if g.group > 1:
             for i in prange(L.n_slices // g.group, num_threads=nthreads, schedule="static"):
                 cols_fold_group(g, i * g.group)
