@@ -3,13 +3,18 @@
 # registers.  Only the first strip reads memory; the rows stay in L2 for the
 # others.  Meanwhile a cursor prefetches the next sweep's rows, line by line
 # in address order (DRAM and the hardware prefetchers like it best), spread
-# evenly over the strips.  It asks for L1 (prefetcht0): asked for L2 alone
-# (prefetcht1) the lines came slower, one thread, time / a copy: mean_var
-# over axis 0 of (8192, 1024) float32 1.08 -> 1.00 and 1.46 -> 1.11,
-# (256, 25088) 1.54 -> 1.31; batch_norm over (65536, 512) float32 1.94 ->
-# 1.54 and 1.77 -> 1.58 (the gradients' sweeps: no change).
+# evenly over the strips.  It asks for L2 (prefetcht1).  On an AMD EPYC
+# (1 MiB of L2 a core) L1 had measured better, one thread, time / a copy,
+# L2 -> L1: mean_var over axis 0 of (8192, 1024) float32 1.08 -> 1.00 and
+# 1.46 -> 1.11, (256, 25088) 1.54 -> 1.31; batch_norm over (65536, 512)
+# float32 1.94 -> 1.54 and 1.77 -> 1.58.  On a Xeon (2 MiB of L2 a core),
+# with every other fetch ahead of the forward kernels also into L2, L1 ->
+# L2: layer_norm over axis 0 of (4096, 4096) float32 1.50 -> 1.35, float64
+# 1.62 -> 1.51; batch_norm over (65536, 512) float32 1.33 -> 1.25, float64
+# 2.29 -> 2.15; mean_var over axis 0 of (8192, 1024) float64 0.51 -> 0.43;
+# the rest within noise.  (The gradients' sweeps: no change either way.)
 
-from _simd cimport fn_prefetch
+from _simd cimport fn_prefetch_l2
 
 
 cdef struct Ahead:
@@ -28,7 +33,7 @@ cdef inline void ahead_step(Ahead* a) noexcept nogil:
     for l in range(a.per_step):
         if a.rows == 0:
             return
-        fn_prefetch(a.row + a.col)
+        fn_prefetch_l2(a.row + a.col)
         a.col = a.col + 64
         if a.col >= a.width:
             a.col = 0

@@ -495,9 +495,9 @@ static inline void fn_normalize_f32(const float *x, float *y, const float *g, pt
             /* FN_AHEAD_F32 values on: in this run, else in the next one */
             ptrdiff_t at = i + FN_AHEAD_F32;
             if (at < n)
-                fn_prefetch(x + at);
+                fn_prefetch_l2(x + at);
             else if (at - n < n)
-                fn_prefetch(ahead + (at - n) * sizeof(float));
+                fn_prefetch_l2(ahead + (at - n) * sizeof(float));
         }
         fn_normalize_vector_f32(x, y, g, g_inc, b, b_inc, i, vm, vs, ve, g0, b0, stream);
     }
@@ -523,7 +523,7 @@ static inline void fn_normalize_cols_f32(const float *x, float *y, const float *
     if (ahead != NULL) {
         /* The same bytes of the next piece of x, a line per vector. */
         for (; i + FN_WF <= n; i += FN_WF) {
-            fn_prefetch(ahead + i * sizeof(float));
+            fn_prefetch_l2(ahead + i * sizeof(float));
             fn_put_f32(y + i, ((fn_loadu_f32(x + i) - fn_loadu_f32(m + i)) * fn_loadu_f32(s + i)
                                - fn_loadu_f32(e + i)) * vg + vb, stream);
         }
