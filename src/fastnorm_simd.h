@@ -788,11 +788,12 @@ static inline void fn_grad_cols_f32(const float *x, const float *dy, float *dx, 
 
 /* One run of a slice: gamma along the run (g_inc 1) or one value (g_inc 0),
  * times r; the slice's m, k2, k0 as above.  x_ahead and dy_ahead (or NULL)
- * are the next run's, fetched a line per line of dx written, into L2 (x
- * into L1 and dy into L2: layer_norm_backward over rows of (8192, 1024), one
- * thread, time / a copy, 2.43 -> 2.27 against both into L1; on a Xeon with
- * 2 MiB of L2 a core, x into L2 too: rows of (16384, 4096) float32 2.92 ->
- * 2.55, (8192, 1024) and NCHW maps the same). */
+ * are the next run's, fetched a line per line of dx written, into L2.  (On
+ * an AMD EPYC, x into L1 and dy into L2: layer_norm_backward over rows of
+ * (8192, 1024), one thread, time / a copy, 2.43 -> 2.27, both into L2 or
+ * both into L1 measured alike; on a Xeon with 2 MiB of L2 a core, x into L2
+ * too: rows of (16384, 4096) float32 2.92 -> 2.55, (8192, 1024) and NCHW
+ * maps the same.) */
 static inline void fn_grad_run_f32(const float *x, const float *dy, float *dx, const float *g,
                                    ptrdiff_t g_inc, float r, float m, float k2, float k0,
                                    ptrdiff_t n, int stream, const char *x_ahead,
