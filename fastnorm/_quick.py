@@ -13,7 +13,8 @@ mean_var_last_axis.)  layer_norm of (32, 768) float32 with float32 gain and
 bias: 15.2 -> 12.2 us a call, 11.1 -> 9.6 with gain and bias widened to
 float64 in C (the kernel alone 7.6 us); into out= (before, the general
 path) 15.3 -> 9.5 us.  Calls below the kernels' parallel size without
-out= have these checks made in C (kernels.quick_rows): 5.8 -> 4.4 us.
+out= have these checks made in C (kernels.quick_rows): 5.8 -> 4.4 us on
+an AMD EPYC; on a Xeon, the whole comparison's small call, 9.7 -> 7.4 us.
 """
 import numpy as np
 
