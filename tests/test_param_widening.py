@@ -97,9 +97,7 @@ def test_quick_call_with_long_float32_rows():
 
 
 def _in_layout(p, layout):
-    """p's values in a layout: contiguous, reversed, or every other value."""
-    if layout == "contiguous":
-        return p.copy()
+    """p's values in a strided layout: reversed, or every other value."""
     if layout == "reversed":
         return p[::-1].copy()[::-1]
     spread = np.zeros(2 * p.size, p.dtype)
