@@ -30,6 +30,7 @@ cimport numpy as cnp
 
 from _simd cimport *
 from _layout cimport *
+from _threads cimport schedule_for
 from _sweep cimport *
 
 cnp.import_array()
@@ -742,7 +743,7 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         fn_free(ab)
         return -1
     for i in prange(g.n_blocks, num_threads=min(<Py_ssize_t>nthreads, g.n_blocks),
-                    schedule="dynamic"):
+                    schedule="runtime"):
         image_block_sums(g, i, ki)
     add_partials(g, 0, g.n_param)
     # A = gamma sum(dy), B = gamma sum(dy * xhat), per slice.
@@ -765,13 +766,13 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
             k64 = images_f64_coefs(g, ab)
     with parallel(num_threads=nthreads):
         if k32 != NULL:
-            for i in prange(n_images, schedule="guided"):
+            for i in prange(n_images, schedule="runtime"):
                 image_dx_rows(g, i, k32)
         elif k64 != NULL:
-            for i in prange(n_images, schedule="guided"):
+            for i in prange(n_images, schedule="runtime"):
                 image_dx_rows(g, i, k64)
         else:
-            for i in prange(n_images, schedule="guided"):
+            for i in prange(n_images, schedule="runtime"):
                 image_dx(g, i, ab, ki, ko)
         fn_sfence()
     fn_free(g.partial)
@@ -1346,10 +1347,10 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     nthreads = min(<Py_ssize_t>nthreads, g.n_blocks)
     if L.columns:
         if g.slice_param:
-            for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+            for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
                 cols_sums_per_slice(g, i, ki)
         else:
-            for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+            for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
                 cols_sums(g, i, ki)
         for i in prange(chunks(L.n_slices), num_threads=nthreads, schedule="static"):
             cols_fold_chunk(g, i)
@@ -1357,13 +1358,13 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
             for i in prange(L.n_slices // g.group, num_threads=nthreads, schedule="static"):
                 cols_fold_group(g, i * g.group)
         cols_folded_coefs(g, nthreads, ki, ko)
-        for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+        for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
             cols_dx(g, i, ki, ko)
     else:
         if in_t is float and out_t is float:
             if L.red[L.n_red - 1].stride[OP_G] == sizeof(double) and g.n_param <= G32_MAX:
                 g.g32 = gamma_f32(g, &g.g32_max)
-        for i in prange(g.n_blocks, num_threads=nthreads, schedule="dynamic"):
+        for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
             slice_block(g, i, ki, ko)
     if not g.slice_param:
         add_partials(g, 0, g.n_param)
@@ -1468,6 +1469,7 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
     if L.n_slices * L.slice_len < PARALLEL_MIN:
         nthreads = 1
     L.stream = dx.nbytes >= STREAM_MIN_BYTES
+    schedule_for(x.nbytes, False)
     with nogil:
         if in_code == 0:
             rc = run_in(&g, nthreads, out_code, <half_t*>NULL)

@@ -24,6 +24,7 @@ cimport numpy as cnp
 from _simd cimport *
 from _moments cimport *
 from _layout cimport *
+from _threads cimport SAME_SPLIT_BYTES, schedule_for
 from _sweep cimport *
 
 cnp.import_array()
@@ -201,6 +202,9 @@ periodic_bytes = PERIODIC_BYTES
 columns_in_cache = CACHED_BYTES
 # COLUMNS calls of more groups (tiles of one outer slice) go in passes.
 pass_groups = MAX_PASS_GROUPS
+# Calls on x of at most this many bytes split their work among the threads
+# the same way every time; larger ones share it out as threads come free.
+same_split_bytes = SAME_SPLIT_BYTES
 
 cdef struct Coef:
     # How one slice (or column) is normalized:
@@ -934,7 +938,7 @@ cdef int interleaved_coefs(const SlicePlan* p, int nthreads, Coef* coefs,
         pivots[si] = slice_pivot(p, &s, ki)
         odo_next(&s, L.kept, L.n_kept)
     if nthreads > 1:
-        for i in prange(n_blocks, num_threads=nthreads, schedule="guided"):
+        for i in prange(n_blocks, num_threads=nthreads, schedule="runtime"):
             interleaved_block_stats(p, i, per_block, pivots, blocks + i * n, ki)
         for i in prange(n, num_threads=nthreads, schedule="static"):
             interleaved_finish(p, i, n_blocks, pivots, blocks, coefs)
@@ -1038,7 +1042,7 @@ cdef int images_f64(const SlicePlan* p, int nthreads, const Coef* coefs) noexcep
         return -1
     fold_f64(p, coefs, k, k + n, k + 2 * n)
     with parallel(num_threads=nthreads):
-        for i in prange(p.n_runs, schedule="guided"):
+        for i in prange(p.n_runs, schedule="runtime"):
             interleaved_image_f64(p, i, k)
         fn_sfence()
     fn_free(k)
@@ -1066,10 +1070,10 @@ cdef int images_f32(const SlicePlan* p, int nthreads, const Coef* coefs, in_t* k
     ok = fold_f32(p, coefs, m32, m32 + n, m32 + 2 * n)
     with parallel(num_threads=nthreads):
         if ok:
-            for i in prange(p.n_runs, schedule="guided"):
+            for i in prange(p.n_runs, schedule="runtime"):
                 interleaved_image(p, i, m32, m32 + n, m32 + 2 * n, ones, zeros)
         else:
-            for i in prange(n, schedule="guided"):
+            for i in prange(n, schedule="runtime"):
                 slice_output(p, i, coefs[i], ki, ko)
         fn_sfence()
     fn_free(m32)
@@ -1465,7 +1469,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
             n_items = (L.n_slices + p.batch - 1) // p.batch
             if nthreads > 1:
                 with parallel(num_threads=nthreads):
-                    for i in prange(n_items, schedule="guided"):
+                    for i in prange(n_items, schedule="runtime"):
                         short_item(&p, short_way, i, ki, ko)
                     fn_sfence()
             else:
@@ -1474,7 +1478,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
                 fn_sfence()
         elif nthreads > 1:
             with parallel(num_threads=nthreads):
-                for i in prange(L.n_slices, schedule="guided"):
+                for i in prange(L.n_slices, schedule="runtime"):
                     slice_whole(&p, L.n_slices - 1 - i if down else i, ki, ko)
                 fn_sfence()
         else:
@@ -1502,7 +1506,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
         for si in range(L.n_slices):
             odo_init(&s, L.kept, L.n_kept, si)
             p.coefs[si].pivot = slice_pivot(&p, &s, ki)
-        for i in prange(n_items, num_threads=nthreads, schedule="guided"):
+        for i in prange(n_items, num_threads=nthreads, schedule="runtime"):
             slice_item_stats(&p, i, ki)
     for si in range(L.n_slices):
         odo_init(&s, L.kept, L.n_kept, si)
@@ -1514,7 +1518,7 @@ cdef int slices_kernel(const Layout* L, int mode, double eps, bint has_y, int nt
             moments_merge(&acc, &p.blocks[i])
         p.coefs[si] = finish(acc, p.coefs[si].pivot, mode, eps, L, s.off[OP_S])
     if has_y:
-        for i in prange(n_items, num_threads=nthreads, schedule="guided"):
+        for i in prange(n_items, num_threads=nthreads, schedule="runtime"):
             slice_item_normalize(&p, i, ki, ko)
     fn_free(p.blocks)
     fn_free(p.coefs)
@@ -2328,14 +2332,14 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
         # on the team's barrier): a team per loop cost small calls its start.
         with parallel(num_threads=nthreads):
             if mode != MODE_GIVEN:
-                for i in prange(p.n_groups, schedule="guided"):
+                for i in prange(p.n_groups, schedule="runtime"):
                     column_pivots(&p, i, ki)
-                for i in prange(n_items, schedule="guided"):
+                for i in prange(n_items, schedule="runtime"):
                     column_block_stats(&p, i, ki)
             for i in prange(n_finish, schedule="static"):
                 column_finish(&p, i)
             if p.f32:
-                for i in prange(p.n_groups, schedule="guided"):
+                for i in prange(p.n_groups, schedule="runtime"):
                     column_coef32(&p, i)
         if p.per != NULL:
             periodic_coefs(&p)
@@ -2343,7 +2347,7 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
         # batch_norm over axis 0 of (65536, 512) allocating, one thread,
         # time / np.copy: float32 1.92 -> 1.57, float64 1.49 -> 1.29.
         if has_y:
-            for i in prange(n_out_items, num_threads=nthreads, schedule="guided"):
+            for i in prange(n_out_items, num_threads=nthreads, schedule="runtime"):
                 column_rows_normalize(&p, n_out_items - 1 - i if L.descend else i, ki, ko)
     else:
         if mode != MODE_GIVEN:
@@ -2449,6 +2453,7 @@ cdef int run_call(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
     # ones from their last slice down (see fn_normalize_f32).
     L.stream = has_y and y.nbytes >= STREAM_MIN_BYTES
     L.descend = L.stream and fresh
+    schedule_for(x.nbytes, True)
     with nogil:
         if in_code == 0:
             rc = execute_in(&L, mode, eps, has_y, nthreads, out_code, <half_t*>NULL)

@@ -68,6 +68,22 @@ static inline int omp_get_max_threads(void) { return 1; }
 static inline int omp_get_num_procs(void) { return 1; }
 #endif
 
+/* The schedule of the calling thread's next schedule(runtime) loops: the
+ * same static split every time, else guided or one item at a time
+ * (dynamic); see _threads.pxd.  A thread's own setting: calls from other
+ * threads keep theirs. */
+static inline void fn_set_schedule(int same_split, int guided)
+{
+#ifdef _OPENMP
+    omp_set_schedule(same_split ? omp_sched_static
+                     : guided ? omp_sched_guided : omp_sched_dynamic, 0);
+#else
+    (void)same_split;
+    (void)guided;
+#endif
+}
+
+
 #if defined(__clang__)
 #define FN_COMPILER "clang " __clang_version__
 #elif defined(__GNUC__)
