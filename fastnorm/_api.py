@@ -9,6 +9,7 @@ from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps,
                     split_out)
 from ._quick import last_axis, mean_var_last_axis
 from ._run import deliver, kernel_stats, normalize
+from ._running import update_running
 from ._route import any_dask, via_dask
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
@@ -315,16 +316,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, want_var=running_mean is not None)
         if running_mean is not None:
-            # In float64 whatever the buffers' dtype: a Python float times a
-            # float32 array is float32 arithmetic, and r_mean * (1 - momentum)
-            # cancelling against momentum * mean would keep float32's error
-            # of the larger term.
-            old_mean = np.asarray(rm_view, dtype=np.float64)
-            old_var = np.asarray(rv_view, dtype=np.float64)
-            new_mean = (1.0 - momentum) * old_mean + momentum * mean
-            new_var = (1.0 - momentum) * old_var + momentum * var * (n / (n - 1))
-            np.copyto(rm_view, new_mean, casting="unsafe")
-            np.copyto(rv_view, new_var, casting="unsafe")
+            update_running(rm_view, rv_view, mean, var, momentum, n)
     if not return_stats:
         return y
     return y, deliver(mean, sdt, outs[0], "out[1]"), deliver(rstd, sdt, outs[1], "out[2]")

@@ -162,13 +162,20 @@ def param(value, name, x_shape, along):
     a = np.asarray(value)
     if a.dtype.kind not in "fiub":
         raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
+    check_param_shape(a.shape, name, x_shape, along)
     if a.shape == named:
         a = a.reshape(keep)
-    elif not (a.ndim == len(x_shape) and all(
-            s == 1 or (i in along and s == x_shape[i]) for i, s in enumerate(a.shape))):
-        raise ValueError(f"{name} has shape {a.shape}; expected {named} or "
-                         f"{keep} (keepdims layout) for x of shape {tuple(x_shape)}")
     return np.require(a, dtype=np.float64, requirements="A")
+
+
+def check_param_shape(shape, name, x_shape, along):
+    """ValueError unless `shape` is a parameter's (see param)."""
+    named, keep = _param_shapes(tuple(x_shape), tuple(along))
+    if shape == named or (len(shape) == len(x_shape) and all(
+            s == 1 or (i in along and s == x_shape[i]) for i, s in enumerate(shape))):
+        return
+    raise ValueError(f"{name} has shape {shape}; expected {named} or "
+                     f"{keep} (keepdims layout) for x of shape {tuple(x_shape)}")
 
 
 def float64_param(value, keep):
@@ -194,9 +201,8 @@ def running_stat(value, name, x_shape, along):
         raise TypeError(f"{name} has dtype {value.dtype}; it must be a float array")
     if not value.flags.writeable:
         raise ValueError(f"{name} is read-only; batch_norm updates it in place")
-    param(value, name, x_shape, along)  # shape check
-    named = tuple(x_shape[i] for i in along)
-    keep = tuple(x_shape[i] if i in along else 1 for i in range(len(x_shape)))
+    check_param_shape(value.shape, name, x_shape, along)
+    named, keep = _param_shapes(tuple(x_shape), tuple(along))
     return value.reshape(keep) if value.shape == named else value
 
 

@@ -33,6 +33,7 @@ from ._dask_graph import (channel_param, field, given_normalize, lazy_param, mer
 from ._dask_grad import (batch_norm_backward, group_norm_backward,  # noqa: F401
                          layer_norm_backward, rms_norm_backward)
 from ._family import Groups
+from ._running import update_running
 
 
 # --------------------------------------------------------------------------
@@ -92,8 +93,7 @@ def _running_update(running_mean, running_var, x, kept, momentum, n, mean, var):
     statistics (NumPy arrays by now)."""
     rm = running_stat(running_mean, "running_mean", x.shape, kept)
     rv = running_stat(running_var, "running_var", x.shape, kept)
-    np.copyto(rm, (1.0 - momentum) * rm + momentum * mean, casting="unsafe")
-    np.copyto(rv, (1.0 - momentum) * rv + momentum * var * (n / (n - 1)), casting="unsafe")
+    update_running(rm, rv, mean, var, momentum, n)
 
 
 def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,

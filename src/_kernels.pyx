@@ -2473,6 +2473,51 @@ cdef void widen(const char* p, Py_ssize_t stride, Py_ssize_t n, double* out,
         out[i] = sload(p + i * stride, kind)
 
 
+def update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean, cnp.ndarray var,
+                   double momentum, double unbias):
+    """batch_norm's running statistics, updated in place as
+    fastnorm/_running.py's NumPy expressions do it, rounding for rounding:
+    rm = (1 - momentum) rm + momentum mean, rv = (1 - momentum) rv +
+    (momentum var) unbias, in float64, then stored in the buffers' dtype.
+    Done (True) when rm and rv are aligned, writable, C-contiguous arrays of
+    one native dtype, float32 or float64, and mean and var C-contiguous
+    float64 arrays of as many values; else False, with nothing written.
+    Eight NumPy operations on a few hundred values cost 5 us a call."""
+    cdef Py_ssize_t i, n = cnp.PyArray_SIZE(rm)
+    cdef int t = cnp.PyArray_TYPE(rm)
+    cdef double keep = 1.0 - momentum
+    cdef const double* m = <const double*>cnp.PyArray_DATA(mean)
+    cdef const double* v = <const double*>cnp.PyArray_DATA(var)
+    cdef float* r32m
+    cdef float* r32v
+    cdef double* r64m
+    cdef double* r64v
+    cdef cnp.ndarray a
+    for a in (rm, rv):
+        if not (cnp.PyArray_TYPE(a) == t and a.dtype.isnative
+                and cnp.PyArray_ISCARRAY(a) and cnp.PyArray_SIZE(a) == n):
+            return False
+    for a in (mean, var):
+        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_ISCARRAY_RO(a)
+                and cnp.PyArray_SIZE(a) == n):
+            return False
+    if t == cnp.NPY_FLOAT:
+        r32m = <float*>cnp.PyArray_DATA(rm)
+        r32v = <float*>cnp.PyArray_DATA(rv)
+        for i in range(n):
+            r32m[i] = <float>fn_sum_rounded(keep * <double>r32m[i], momentum * m[i])
+            r32v[i] = <float>fn_sum_rounded(keep * <double>r32v[i], momentum * v[i] * unbias)
+        return True
+    if t == cnp.NPY_DOUBLE:
+        r64m = <double*>cnp.PyArray_DATA(rm)
+        r64v = <double*>cnp.PyArray_DATA(rv)
+        for i in range(n):
+            r64m[i] = fn_sum_rounded(keep * r64m[i], momentum * m[i])
+            r64v[i] = fn_sum_rounded(keep * r64v[i], momentum * v[i] * unbias)
+        return True
+    return False
+
+
 def row_f64(cnp.ndarray p, int ndim):
     """p, an aligned 1-d float16/float32 array of native byte order, as a
     new float64 array of shape (1, ..., 1, p.size) with ndim dimensions:

@@ -69,6 +69,7 @@ cdef extern from "fastnorm_simd.h" nogil:
                          Py_ssize_t g_inc, float r, float m, float k2, float k0, Py_ssize_t n,
                          int stream, const char* x_ahead, const char* dy_ahead)
 
+    double fn_sum_rounded(double a, double b)
     double fn_half_to_double(half_t h)
     half_t fn_double_to_half(double v)
 

@@ -84,6 +84,15 @@ static inline void fn_set_schedule(int same_split, int guided)
 }
 
 
+/* a + b of two values rounded to double first, as NumPy adds two arrays:
+ * read through volatile, so that no product that made them is contracted
+ * into an FMA with the sum (the kernels build with contraction on). */
+static inline double fn_sum_rounded(double a, double b)
+{
+    volatile double ra = a, rb = b;
+    return ra + rb;
+}
+
 #if defined(__clang__)
 #define FN_COMPILER "clang " __clang_version__
 #elif defined(__GNUC__)

@@ -1,0 +1,25 @@
+"""batch_norm's update of its running statistics (PyTorch's convention),
+for the NumPy and the Dask paths alike."""
+import numpy as np
+
+from . import _dispatch
+
+
+def update_running(rm, rv, mean, var, momentum, n):
+    """In place: rm = (1 - momentum) rm + momentum mean and rv = (1 -
+    momentum) rv + momentum var n / (n - 1).  rm and rv are the caller's
+    buffers (any float dtype, in keepdims layout or of the kept shape),
+    mean and var float64 statistics of as many values.
+
+    In float64 whatever the buffers' dtype: a Python float times a float32
+    array is float32 arithmetic, and r_mean * (1 - momentum) cancelling
+    against momentum * mean would keep float32's error of the larger term.
+    Contiguous float32 and float64 buffers go through one C loop with the
+    same roundings (kernels.update_running); others through NumPy."""
+    unbias = n / (n - 1)
+    if _dispatch.kernels.update_running(rm, rv, mean, var, momentum, unbias):
+        return
+    old_mean = np.asarray(rm, dtype=np.float64)
+    old_var = np.asarray(rv, dtype=np.float64)
+    np.copyto(rm, (1.0 - momentum) * old_mean + momentum * mean, casting="unsafe")
+    np.copyto(rv, (1.0 - momentum) * old_var + momentum * var * unbias, casting="unsafe")
