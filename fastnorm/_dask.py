@@ -25,8 +25,8 @@ import dask.array as da
 import numpy as np
 
 from . import _api, _dask_tasks as tasks, _family
-from ._args import (axes_tuple, batch_axes, check_eps, check_training, result_dtypes,
-                    running_stat)
+from ._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
+                    result_dtypes, running_stat)
 from ._dask_args import aligned, lazy_input, no_out
 from ._dask_graph import (channel_param, field, given_normalize, lazy_param, merged_states, meta,
                           normalized, per_chunk, rstd_of, slice_stats, stat_out, whole_slices)
@@ -128,6 +128,7 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
         if running_mean is not None:
             for r, name in ((running_mean, "running_mean"), (running_var, "running_var")):
                 running_stat(r, name, x.shape, kept)
+            check_disjoint([("running_mean", running_mean), ("running_var", running_var)])
         no_out(out)
         if running_mean is None:
             y, (mean, _, rstd) = normalized(

@@ -2498,8 +2498,8 @@ def update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean, cnp.ndarray
                 and cnp.PyArray_ISCARRAY(a) and cnp.PyArray_SIZE(a) == n):
             return False
     for a in (mean, var):
-        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_ISCARRAY_RO(a)
-                and cnp.PyArray_SIZE(a) == n):
+        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and a.dtype.isnative
+                and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_SIZE(a) == n):
             return False
     if t == cnp.NPY_FLOAT:
         r32m = <float*>cnp.PyArray_DATA(rm)

@@ -63,6 +63,8 @@ def _buffers(layout):
         rv = rv.astype(rv.dtype.newbyteorder(">"))
     elif layout == "strided stats":
         mean, var = _every_other(mean), _every_other(var)
+    elif layout == "swapped stats":
+        mean, var = mean.astype(">f8"), var.astype(">f8")
     elif layout == "keepdims":
         rm, rv = rm.reshape(1, 12, 1), rv.reshape(1, 12, 1)
         mean, var = mean.reshape(1, 12, 1), var.reshape(1, 12, 1)
@@ -70,7 +72,7 @@ def _buffers(layout):
 
 
 @pytest.mark.parametrize("layout", ["float16", "every other", "swapped bytes",
-                                    "strided stats", "keepdims"])
+                                    "strided stats", "swapped stats", "keepdims"])
 def test_other_buffers_take_numpys_way_to_the_same_values(layout):
     rm64, rm, rv, mean, var = _buffers(layout)
     want_m, want_v = _numpy_update(rm, rv, mean, var, 0.25, 7)
@@ -103,3 +105,14 @@ def test_batch_norm_running_statistics_against_float64(dtype):
     tol = 1e-6 if dtype == np.float32 else 1e-13
     np.testing.assert_allclose(rm, 0.8 * rm0 + 0.2 * mean, rtol=tol)
     np.testing.assert_allclose(rv, 0.8 * rv0 + 0.2 * var, rtol=tol * 10)
+
+
+def test_dask_path_refuses_one_buffer_for_both():
+    """As the NumPy path does: the running mean and variance in one buffer
+    would make the update depend on the order of the writes."""
+    da = pytest.importorskip("dask.array")
+    buf = np.zeros(3)
+    x = da.from_array(np.random.default_rng(0).standard_normal((8, 3)), chunks=4)
+    for arg in (x, x.compute()):
+        with pytest.raises(ValueError, match="share memory"):
+            fastnorm.batch_norm(arg, running_mean=buf, running_var=buf, axis=0)
