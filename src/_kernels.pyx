@@ -2473,6 +2473,17 @@ cdef void widen(const char* p, Py_ssize_t stride, Py_ssize_t n, double* out,
         out[i] = sload(p + i * stride, kind)
 
 
+cdef inline void running_loop(table_t* rm, table_t* rv, const double* mean,
+                              const double* var, Py_ssize_t n, double momentum,
+                              double unbias) noexcept nogil:
+    """update_running's arithmetic over n values of buffers of one type."""
+    cdef Py_ssize_t i
+    cdef double keep = 1.0 - momentum
+    for i in range(n):
+        rm[i] = <table_t>fn_sum_rounded(keep * <double>rm[i], momentum * mean[i])
+        rv[i] = <table_t>fn_sum_rounded(keep * <double>rv[i], momentum * var[i] * unbias)
+
+
 def update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean, cnp.ndarray var,
                    double momentum, double unbias):
     """batch_norm's running statistics, updated in place as
@@ -2481,18 +2492,16 @@ def update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean, cnp.ndarray
     (momentum var) unbias, in float64, then stored in the buffers' dtype.
     Done (True) when rm and rv are aligned, writable, C-contiguous arrays of
     one native dtype, float32 or float64, and mean and var C-contiguous
-    float64 arrays of as many values; else False, with nothing written.
-    Eight NumPy operations on a few hundred values cost 5 us a call."""
-    cdef Py_ssize_t i, n = cnp.PyArray_SIZE(rm)
+    native float64 arrays of as many values; else False, with nothing
+    written.  Eight NumPy operations on a few hundred values cost 5 us a
+    call."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(rm)
     cdef int t = cnp.PyArray_TYPE(rm)
-    cdef double keep = 1.0 - momentum
     cdef const double* m = <const double*>cnp.PyArray_DATA(mean)
     cdef const double* v = <const double*>cnp.PyArray_DATA(var)
-    cdef float* r32m
-    cdef float* r32v
-    cdef double* r64m
-    cdef double* r64v
     cdef cnp.ndarray a
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
+        return False
     for a in (rm, rv):
         if not (cnp.PyArray_TYPE(a) == t and a.dtype.isnative
                 and cnp.PyArray_ISCARRAY(a) and cnp.PyArray_SIZE(a) == n):
@@ -2502,20 +2511,12 @@ def update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean, cnp.ndarray
                 and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_SIZE(a) == n):
             return False
     if t == cnp.NPY_FLOAT:
-        r32m = <float*>cnp.PyArray_DATA(rm)
-        r32v = <float*>cnp.PyArray_DATA(rv)
-        for i in range(n):
-            r32m[i] = <float>fn_sum_rounded(keep * <double>r32m[i], momentum * m[i])
-            r32v[i] = <float>fn_sum_rounded(keep * <double>r32v[i], momentum * v[i] * unbias)
-        return True
-    if t == cnp.NPY_DOUBLE:
-        r64m = <double*>cnp.PyArray_DATA(rm)
-        r64v = <double*>cnp.PyArray_DATA(rv)
-        for i in range(n):
-            r64m[i] = fn_sum_rounded(keep * r64m[i], momentum * m[i])
-            r64v[i] = fn_sum_rounded(keep * r64v[i], momentum * v[i] * unbias)
-        return True
-    return False
+        running_loop(<float*>cnp.PyArray_DATA(rm), <float*>cnp.PyArray_DATA(rv), m, v, n,
+                     momentum, unbias)
+    else:
+        running_loop(<double*>cnp.PyArray_DATA(rm), <double*>cnp.PyArray_DATA(rv), m, v, n,
+                     momentum, unbias)
+    return True
 
 
 def row_f64(cnp.ndarray p, int ndim):
