@@ -12,8 +12,9 @@ import math
 import numpy as np
 
 from . import _dispatch, _regroup
-from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out, detach,
-                    keepdims_shape, reduced_mask, split_out, writable_target)
+from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
+                    check_param_shape, detach, keepdims_shape, reduced_mask, split_out,
+                    writable_target)
 from ._config import team_size
 from ._family import Groups
 from ._route import any_dask, via_dask
@@ -62,14 +63,11 @@ def _gamma(gamma, name, x_shape, along):
     a = np.asarray(gamma)
     if a.dtype.kind not in "fiub":
         raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
+    check_param_shape(a.shape, name, x_shape, along)
     if a.shape == named:
         g = a.reshape(keep)
-    elif a.ndim == len(x_shape) and all(s == 1 or (i in along and s == x_shape[i])
-                                        for i, s in enumerate(a.shape)):
-        g = np.broadcast_to(a, keep)  # gradients are summed back in _param_grad
     else:
-        raise ValueError(f"{name} has shape {a.shape}; expected {named} or {keep} "
-                         f"(keepdims layout) for x of shape {tuple(x_shape)}")
+        g = np.broadcast_to(a, keep)  # gradients are summed back in _param_grad
     return _kernel_operand(g), a.shape, (a.dtype if a.dtype.kind == "f" else None)
 
 
