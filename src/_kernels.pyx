@@ -2469,6 +2469,13 @@ cdef int run_call(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
 cdef void widen(const char* p, Py_ssize_t stride, Py_ssize_t n, double* out,
                 in_t* kind) noexcept nogil:
     cdef Py_ssize_t i
+    cdef const in_t* c = <const in_t*>p
+    if in_t is not half_t and stride == sizeof(in_t):
+        # a loop of its own, which vectorizes (strided, the gain and bias of
+        # layer_norm (32, 768) float32 cost the whole call 0.6 us)
+        for i in range(n):
+            out[i] = c[i]
+        return
     for i in range(n):
         out[i] = sload(p + i * stride, kind)
 
