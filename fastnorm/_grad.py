@@ -17,6 +17,7 @@ from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
                     writable_target)
 from ._config import team_size
 from ._family import Groups
+from ._quick import rows_backward
 from ._route import any_dask, via_dask
 
 
@@ -178,6 +179,9 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     >>> np.abs(dx).max() < 1e-15, dbeta
     (np.True_, array([1., 1., 1.]))
     """
+    quick = rows_backward(dy, x, mean, rstd, gamma, axis, "center", out, 3)
+    if quick is not None:
+        return quick
     if any_dask(dy, x, mean, rstd, gamma):
         return via_dask(layer_norm_backward, locals())
     dy, x = _pair(dy, x)
@@ -205,6 +209,9 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None):
     >>> dx.round(4), dgamma.round(4)
     (array([[ 0.181 , -0.1358]]), array([0.8485, 0.    ]))
     """
+    quick = rows_backward(dy, x, None, rstd, gamma, axis, "rms", out, 2)
+    if quick is not None:
+        return quick
     if any_dask(dy, x, rstd, gamma):
         return via_dask(rms_norm_backward, locals())
     dy, x = _pair(dy, x)
