@@ -17,11 +17,15 @@ path) 15.3 -> 9.5 us.  Calls below the kernels' parallel size without
 out= have these checks made in C (kernels.quick_rows): 5.8 -> 4.4 us on
 an AMD EPYC; on a Xeon, the whole comparison's small call, 9.7 -> 7.4 us.
 """
+import math
+
 import numpy as np
 
 from . import _dispatch
 from ._args import float64_param
 from ._config import team_size
+from ._run import kernel_stats
+from ._running import update_running
 
 _FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
 _F64 = np.dtype(np.float64)
@@ -226,3 +230,101 @@ def _own_gradient(dx, inputs):
     if not (flags.writeable and flags.aligned):
         return False
     return not any(np.may_share_memory(dx, a) for a in inputs)
+
+
+def batch_norm_call(x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,
+                    out):
+    """y of batch_norm over every axis but 1 (axis None, or 0 of a matrix),
+    or None when an argument needs the general path (``_api.batch_norm``).
+
+    Taken when: x is an aligned float16/32/64 ndarray with values, of at
+    least two dimensions; training is a bool; eps a float in [0, inf) and,
+    in training, momentum a finite float and more than one value per
+    channel; gamma, beta, running_mean and running_var each None (the
+    running pair both or neither, and required in eval) or a float ndarray
+    of shape (C,), the running statistics writable and apart from each
+    other; out None or a writable, aligned ndarray of x's shape and dtype
+    apart from every other argument.  The caller has checked dtype=None and
+    return_stats=False.  The kernel's call and the running update are the
+    general path's, after its checks cut to this case.  float32 with gain,
+    bias and running statistics, into out=, general -> quick path in one
+    process, us a call: training (8, 128) 16.9 -> 10.7, (2048, 128) 110 ->
+    99 (one thread) and 61.9 -> 55.3 (two), (32, 64, 8, 8) 132 -> 112; eval
+    (8, 128) 15.9 -> 12.7.
+    """
+    if type(x) is not np.ndarray or type(eps) is not float or type(training) is not bool:
+        return None
+    ndim = x.ndim
+    if not (ndim >= 2 and x.size and x.dtype in _FLOATS and x.flags.aligned
+            and 0.0 <= eps <= _LARGEST):
+        return None
+    if axis is not None and not (type(axis) is int and ndim == 2 and axis in (0, -2)):
+        return None
+    channels = x.shape[1]
+    n = x.size // channels
+    if training and not (type(momentum) is float and math.isfinite(momentum) and n > 1):
+        return None
+    keep = _CHANNELS.get((channels, ndim)) or _channels_shape(channels, ndim)
+    gamma, beta = _channel_param(gamma, keep), _channel_param(beta, keep)
+    if gamma is False or beta is False:
+        return None
+    rm, rv = running_mean, running_var
+    if rm is None and rv is None:
+        if not training:
+            return None
+    elif not (_running_buffer(rm, channels) and _running_buffer(rv, channels)
+              and not np.may_share_memory(rm, rv)):
+        return None
+    if out is None:
+        y = np.empty_like(x)
+    elif not (type(out) is np.ndarray and out.dtype is x.dtype and out.shape == x.shape
+              and out.flags.writeable and out.flags.aligned
+              and not any(a is not None and np.may_share_memory(out, a)
+                          for a in (x, gamma, beta, rm, rv))):
+        return None
+    else:
+        y = out
+    axes = _BATCH_AXES[ndim]
+    if training:
+        mean, _, var = kernel_stats(x, axes, "center", eps=eps, gamma=gamma, beta=beta, y=y,
+                                    want_var=rm is not None, fresh=out is None)
+        if rm is not None:
+            update_running(rm.reshape(keep), rv.reshape(keep), mean, var, momentum, n)
+    else:
+        mean = np.array(rm.reshape(keep), dtype=_F64, order="C")
+        var = float64_param(rv, keep)
+        with np.errstate(invalid="ignore"):
+            rstd = np.ascontiguousarray(1.0 / np.sqrt(var + eps))
+        kernel_stats(x, axes, "given", eps=eps, gamma=gamma, beta=beta, y=y,
+                     given=(mean, rstd), fresh=out is None)
+    return y
+
+
+# batch_norm's reduced axes (every axis but 1) by number of dimensions, and
+# the channels' keepdims shape by (channels, dimensions)
+_BATCH_AXES = {n: (0,) + tuple(range(2, n)) for n in range(2, 65)}
+_CHANNELS = {}
+
+
+def _channels_shape(channels, ndim):
+    shape = (1, channels) + (1,) * (ndim - 2)
+    if len(_CHANNELS) < 256:
+        _CHANNELS[channels, ndim] = shape
+    return shape
+
+
+def _channel_param(p, keep):
+    """A per-channel gain or bias as the kernels take it (float64, keepdims
+    layout), None for none, False unless a float ndarray of shape (C,)."""
+    if p is None:
+        return None
+    if type(p) is not np.ndarray or p.shape != keep[1:2] or p.dtype not in _FLOATS:
+        return False
+    return float64_param(p, keep)
+
+
+def _running_buffer(r, channels):
+    """Whether r is a running statistic the quick path can update (or read)
+    in place: a writable float ndarray of shape (C,)."""
+    return (type(r) is np.ndarray and r.shape == (channels,) and r.dtype in _FLOATS
+            and r.flags.writeable)
