@@ -149,8 +149,8 @@ def rows_backward(dy, x, mean, rstd, gamma, axis, mode, out, n_out):
     shape with values; axis is the int -1 or x.ndim - 1; mean and rstd are
     float ndarrays of the keepdims or the kept shape; gamma is None or a
     float ndarray of shape (x.shape[-1],); out is None or a tuple of n_out
-    entries, each None or an ndarray: dx writable, aligned, of x's dtype and
-    shape and apart from every input; the parameter gradients writable and
+    entries, each None or an ndarray: dx writable, aligned, contiguous, of
+    x's dtype and shape and apart from every input; the parameter gradients writable and
     of their exact shape and dtype.  Then the checks, conversions and result
     arrays of the general path come down to what this case needs.
     layer_norm_backward, float32 with gamma, general -> quick path in one
@@ -222,12 +222,13 @@ def _stat_f64(a, keep):
 
 def _own_gradient(dx, inputs):
     """Whether dx= can be written directly: of x's kind (checked against
-    inputs[1]) and apart from every input."""
+    inputs[1]), contiguous and apart from every input."""
     x = inputs[1]
     if not (type(dx) is np.ndarray and dx.dtype is x.dtype and dx.shape == x.shape):
         return False
     flags = dx.flags
-    if not (flags.writeable and flags.aligned):
+    # (contiguous: no two of its elements share an address)
+    if not (flags.writeable and flags.aligned and (flags.c_contiguous or flags.f_contiguous)):
         return False
     return not any(np.may_share_memory(dx, a) for a in inputs)
 
@@ -243,8 +244,8 @@ def batch_norm_call(x, gamma, beta, running_mean, running_var, training, momentu
     channel; gamma, beta, running_mean and running_var each None (the
     running pair both or neither, and required in eval) or a float ndarray
     of shape (C,), the running statistics writable and apart from each
-    other; out None or a writable, aligned ndarray of x's shape and dtype
-    apart from every other argument.  The caller has checked dtype=None and
+    other; out None or a writable, aligned, contiguous ndarray of x's shape
+    and dtype apart from every other argument.  The caller has checked dtype=None and
     return_stats=False.  The kernel's call and the running update are the
     general path's, after its checks cut to this case.  float32 with gain,
     bias and running statistics, into out=, general -> quick path in one
@@ -279,6 +280,7 @@ def batch_norm_call(x, gamma, beta, running_mean, running_var, training, momentu
         y = np.empty_like(x)
     elif not (type(out) is np.ndarray and out.dtype is x.dtype and out.shape == x.shape
               and out.flags.writeable and out.flags.aligned
+              and (out.flags.c_contiguous or out.flags.f_contiguous)
               and not any(a is not None and np.may_share_memory(out, a)
                           for a in (x, gamma, beta, rm, rv))):
         return None

@@ -190,6 +190,7 @@ GENERAL = [
     ("out=dy (in place)", lambda: _in_place("dy")),
     ("dx= a view of x", lambda: _in_place("x")),
     ("out= a bare array", lambda: dict(out=np.empty_like(X))),
+    ("a dx= whose elements share addresses", lambda: dict(out=(_self_overlapping(), None, None))),
 ]
 
 # ...and calls the general path refuses: the same error either way.
@@ -211,6 +212,12 @@ def _in_place(which):
     x, dy = X.copy(), DY.copy()
     target = dy if which == "dy" else x[:, :]
     return dict(x=x, dy=dy, out=(target, None, None))
+
+
+def _self_overlapping():
+    """A writable (4, 10) float32 view in which rows overlap."""
+    base = np.zeros(16, np.float32)
+    return np.lib.stride_tricks.as_strided(base, (4, 10), (8, 4))
 
 
 def _read_only(a):

@@ -154,6 +154,7 @@ GENERAL = [
     ("an integer eps", lambda: dict(eps=0)),
     ("out=x (in place)", _in_place),
     ("a NumPy bool training", lambda: dict(training=np.bool_(True))),
+    ("an out= whose elements share addresses", lambda: dict(out=_self_overlapping())),
 ]
 
 ERRORS = [
@@ -169,6 +170,12 @@ ERRORS = [
     ("out of another dtype", lambda: dict(out=np.empty(X.shape, np.float64)), TypeError),
     ("a NaN momentum", lambda: dict(momentum=float("nan")), ValueError),
 ]
+
+
+def _self_overlapping():
+    """A writable view of X's shape in which the batch entries overlap."""
+    base = np.zeros(24, np.float32)
+    return np.lib.stride_tricks.as_strided(base, X.shape, (8, 12, 4))
 
 
 def _read_only(a):
