@@ -139,9 +139,6 @@ cdef enum:
     PREFETCH_ROW_MAX = 16384
     # ...and SLICES prefetch this much of the next slice while normalizing one.
     PREFETCH_BYTES = 16384
-    # ...and single-run slices written last first fetch the one this many
-    # slices below (slice_whole).
-    DOWN_LEAD_ROWS = 2
     # Runs of interleaved slices (channels of NCHW images) go image by image
     # up to this many bytes; longer ones, slice by slice, stay in L2 between
     # the two looks at a slice and are long enough for the hardware
@@ -751,8 +748,8 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
 cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) noexcept nogil:
     """Statistics and normalization of slice si by one thread (the slice is
     still in cache for the second pass when it fits).  Into a fresh y
-    (L.descend) slices go last first, and so are written, run after run
-    from the last (batch_norm eval over (64, 64, 56, 56) allocating, one
+    (L.descend: slices of several runs, see run_call) slices go last first,
+    and so are written, run after run from the last (batch_norm eval over (64, 64, 56, 56) allocating, one
     thread, time / np.copy: float32 1.73 -> 1.40, float64 1.54 -> 1.36):
     what comes next is then the run before.  Upwards, each run of 4 KiB or
     more of a slice of several is handed the next run (the last, the next
@@ -768,13 +765,7 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
     c = slice_coef(p, si, &s, ki)
     if not p.has_y:
         return
-    nxt = si + 1
-    if down:
-        # Fetched two rows ahead: the row's statistics then find it in cache
-        # (layer_norm over rows allocating, one thread, time / np.copy, one
-        # row ahead -> two: (8192, 1024) float32 1.35 -> 1.21, float64 1.22 ->
-        # 1.13, (2048, 4096) float32 1.19 -> 1.12; four rows measured alike).
-        nxt = si - DOWN_LEAD_ROWS if p.n_runs == 1 and si >= DOWN_LEAD_ROWS else si - 1
+    nxt = si - 1 if down else si + 1
     if 0 <= nxt < L.n_slices:
         odo_init(&s_next, L.kept, L.n_kept, nxt)
         if p.n_runs > 1:
@@ -2343,12 +2334,9 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
                     column_coef32(&p, i)
         if p.per != NULL:
             periodic_coefs(&p)
-        # Into a fresh y, blocks of rows last first (each written upwards):
-        # batch_norm over axis 0 of (65536, 512) allocating, one thread,
-        # time / np.copy: float32 1.92 -> 1.57, float64 1.49 -> 1.29.
         if has_y:
             for i in prange(n_out_items, num_threads=nthreads, schedule="runtime"):
-                column_rows_normalize(&p, n_out_items - 1 - i if L.descend else i, ki, ko)
+                column_rows_normalize(&p, i, ki, ko)
     else:
         if mode != MODE_GIVEN:
             for i in range(p.n_groups):
@@ -2364,7 +2352,7 @@ cdef int columns_kernel(const Layout* L, int mode, double eps, bint has_y, int n
             periodic_coefs(&p)
         if has_y:
             for i in range(n_out_items):
-                column_rows_normalize(&p, n_out_items - 1 - i if L.descend else i, ki, ko)
+                column_rows_normalize(&p, i, ki, ko)
     fn_free(p.state)
     fn_free(p.coef)
     fn_free(p.coef32)
@@ -2433,8 +2421,8 @@ cdef int run_call(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
     axis of x; fresh: y was just allocated (its pages are not yet
     touched).  Nothing is copied."""
     cdef Layout L
-    cdef int rc, in_code = type_code(x), out_code = in_code
-    cdef bint has_y = y is not None
+    cdef int rc, a, in_code = type_code(x), out_code = in_code
+    cdef bint has_y = y is not None, several_runs
     cdef double one_zero[2]
     if (s0 is None or s1 is None) and (s0 is not s1 or s2 is not None or not has_y
                                        or mode == MODE_GIVEN or mode == MODE_STATS):
@@ -2450,8 +2438,24 @@ cdef int run_call(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
     if L.n_slices * L.slice_len < PARALLEL_MIN:
         nthreads = 1
     # Outputs far larger than the caches are written around them, fresh
-    # ones from their last slice down (see fn_normalize_f32).
-    L.stream = has_y and y.nbytes >= STREAM_MIN_BYTES
+    # ones from their last slice down (see fn_normalize_f32)...
+    several_runs = False
+    if not L.columns:
+        for a in range(L.n_red - 1):
+            several_runs = several_runs or L.red[a].size > 1
+    # ...except a fresh one written in address order (rows, and the columns'
+    # blocks of rows), which takes ordinary stores upwards: the pages the
+    # kernel hands out were just zeroed through the cache, so those stores
+    # find their lines there, where streamed ones write past them.  On a
+    # Xeon (kernel alone, one thread, time / np.copy, streamed last slice
+    # first -> ordinary stores upwards): layer_norm over rows of (8192,
+    # 1024) float64 1.39 -> 1.05, float32 1.53 -> 1.16, rows of 32 float32
+    # 2.47 -> 2.02, over axis 0 of (4096, 4096) float32 1.70 -> 1.37.  A
+    # fresh y written channel by channel across NCHW images (slices of
+    # several runs) keeps the streamed stores: eval batch_norm over (64,
+    # 64, 56, 56) float64 0.97 against 1.12-1.18 with ordinary ones.
+    L.stream = (has_y and y.nbytes >= STREAM_MIN_BYTES
+                and (not fresh or several_runs))
     L.descend = L.stream and fresh
     schedule_for(x.nbytes, True)
     with nogil:

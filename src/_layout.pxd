@@ -43,8 +43,8 @@ cdef struct Layout:
     bint columns               # pattern: COLUMNS if true, else SLICES
     bint stream                # write the output with non-temporal stores
     bint descend               # ...and from the last slice down: y is fresh
-                               # (see fn_normalize_f32, slice_whole and
-                               # columns_kernel)
+                               # and its slices have several runs (see
+                               # run_call, slice_whole, fn_normalize_f32)
     Py_ssize_t n_slices        # product of the kept sizes
     Py_ssize_t slice_len       # product of the reduced sizes
     Axis kept[MAX_DIMS]        # outer -> inner

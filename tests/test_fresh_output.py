@@ -1,14 +1,16 @@
-"""Outputs the call allocates itself are written last slice first.
+"""Outputs the call allocates itself are written in the order and with the
+stores that fresh pages cost least.
 
-A fresh output of at least 8 MiB (streamed) is written from its last slice
-down: each run of a slice (a row; the maps of an NCHW channel, image after
-image) from its last value to its first, prefetching the run written next;
-the COLUMNS pattern's blocks of rows last first.  Fresh pages cost less
-written that way.  The values must not depend on it: y of an allocating
-call is compared bit for bit with y written into an existing array
-(upwards), and with the plain float64 reference, for every dtype, runs
-whose ends fall anywhere in a vector (the scalar head and tail of each
-run), gain and bias or none, one and two threads.
+An output of at least 8 MiB is streamed when it exists already.  A fresh
+one written in address order (rows, the COLUMNS pattern's blocks of rows)
+takes ordinary stores upwards; one written run by run across its pages
+(the maps of an NCHW channel, image after image) is streamed from its last
+slice down, each run from its last value to its first, prefetching the run
+written next.  The values must not depend on it: y of an allocating call is
+compared bit for bit with y written into an existing array (streamed
+upwards), and with the plain float64 reference, for every dtype, runs whose
+ends fall anywhere in a vector (the scalar head and tail of each run), gain
+and bias or none, one and two threads.
 """
 import numpy as np
 import pytest
@@ -62,7 +64,8 @@ def test_fresh_rms_norm_is_written_like_out(dtype, n):
 def test_fresh_kernel_flag_any_alignment(offset, simd_level):
     # The kernels' own flag, on outputs starting at any float past a vector
     # boundary (each row's scalar head and tail differ), without and with
-    # one gain per row value: downwards and upwards give the same bits.
+    # one gain per row value: ordinary stores and streamed ones give the
+    # same bits.
     x = _x(1000, np.float32, 7)
     k = _dispatch.kernels
     buf = np.empty(x.size + 16, np.float32)
@@ -81,7 +84,7 @@ def test_fresh_kernel_flag_any_alignment(offset, simd_level):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fresh_output_of_columns_and_short_rows_unchanged(threads):
-    # Columns (axis 0: blocks of rows last first) and short rows.
+    # Columns (axis 0: blocks of rows) and short rows.
     fastnorm.set_num_threads(threads)
     try:
         for x, axis in ((_x(1024, np.float32, 3), 0), (_x(1000, np.float64, 5), 0),
