@@ -82,6 +82,7 @@ def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
     # Inputs that share memory with dx are read from copies: dx is written
     # while they are read.
     gamma, mean, rstd = (detach(a, dx) for a in (gamma, mean, rstd))
+    fresh = dx is not dx_out    # just allocated: its pages not yet touched
     dgamma, dbeta = np.empty_like(gamma), np.empty_like(gamma)
     if x.size == 0:
         # Nothing to differentiate: empty sums (and an empty dx, which is
@@ -90,11 +91,11 @@ def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
         dbeta.fill(0.0)
     elif (regrouped := _regroup.plan_backward(x, axes, dy, dx, gamma)) is not None:
         _regroup.run_backward(dy, x, dx, regrouped, mode, gamma=gamma, mean=mean, rstd=rstd,
-                              dgamma=dgamma, dbeta=dbeta)
+                              dgamma=dgamma, dbeta=dbeta, fresh=fresh)
     else:
         k = _dispatch.backward
         k.backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
-                   k.MODES[mode], team_size())
+                   k.MODES[mode], team_size(), fresh=fresh)
     if final is not None:
         np.copyto(final, dx)
         dx = final

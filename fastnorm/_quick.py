@@ -183,7 +183,8 @@ def rows_backward(dy, x, mean, rstd, gamma, axis, mode, out, n_out):
     if type(outs) is not tuple or len(outs) != n_out:
         return None
     dx = outs[0]
-    if dx is None:
+    fresh = dx is None
+    if fresh:
         dx = np.empty_like(x)
     elif not _own_gradient(dx, (dy, x, g, *stats)):
         return None
@@ -195,7 +196,8 @@ def rows_backward(dy, x, mean, rstd, gamma, axis, mode, out, n_out):
     m = stats[0] if mode == "center" else np.zeros(keep)
     b = _dispatch.backward
     threads = team_size() if x.size >= _dispatch.kernels.parallel_min else 1
-    b.backward(dy, x, dx, g, m, stats[-1], dg, db, _LAST_AXIS[ndim], b.MODES[mode], threads)
+    b.backward(dy, x, dx, g, m, stats[-1], dg, db, _LAST_AXIS[ndim], b.MODES[mode], threads,
+               1, fresh)
     grads = [dx]
     for grad, o in zip((dg, db)[:n_out - 1], outs[1:]):
         if o is None:

@@ -198,9 +198,10 @@ def run(x, shape, mode, *, keep, reduced, eps, gamma, beta, y, s0, s1, s2, given
                 team_size())
 
 
-def run_backward(dy, x, dx, shape, mode, *, gamma, mean, rstd, dgamma, dbeta):
+def run_backward(dy, x, dx, shape, mode, *, gamma, mean, rstd, dgamma, dbeta, fresh=False):
     """The gradient kernel on the matrix views, the columns of each channel
-    one group: dx written, dgamma and dbeta (gamma's keepdims shape) filled."""
+    one group: dx written, dgamma and dbeta (gamma's keepdims shape) filled
+    (fresh: dx was just allocated)."""
     rows, channels, inner = shape
     k = _dispatch.backward
     keep = gamma.shape
@@ -209,6 +210,6 @@ def run_backward(dy, x, dx, shape, mode, *, gamma, mean, rstd, dgamma, dbeta):
     k.backward(dy.reshape(rows, cols), x.reshape(rows, cols), dx.reshape(rows, cols),
                _per_column(gamma, keep, inner), _per_column(mean, keep, inner),
                _per_column(rstd, keep, inner), dg, db, (True, False), k.MODES[mode],
-               team_size(), inner)
+               team_size(), inner, fresh)
     dgamma[...] = dg.reshape(channels, inner).sum(axis=1).reshape(keep)
     dbeta[...] = db.reshape(channels, inner).sum(axis=1).reshape(keep)

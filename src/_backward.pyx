@@ -1443,14 +1443,15 @@ cdef int run_in(Grad* g, int nthreads, int out_code, in_t* ki) noexcept nogil:
 
 def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
              cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
-             tuple reduced, int mode, int nthreads, Py_ssize_t group=1):
+             tuple reduced, int mode, int nthreads, Py_ssize_t group=1, bint fresh=False):
     """One backward call.  dy and x share a float dtype; dx has x's shape;
     gamma, dgamma, dbeta are C-contiguous float64 arrays of one keepdims shape
     (gamma all ones where the forward had none); mean and rstd C-contiguous
     float64 in keepdims layout (mean zeros for RMS).  group > 1: x is a
     matrix whose rows are reduced and whose columns go in groups of `group`,
     each group one slice (gamma, mean and rstd repeated over its columns);
-    dgamma and dbeta come per column, for the caller to sum per group."""
+    dgamma and dbeta come per column, for the caller to sum per group.
+    fresh: dx was just allocated (its pages are not yet touched)."""
     cdef Layout L
     cdef Grad g
     cdef int rc, in_code = type_code(x), out_code = type_code(dx)
@@ -1477,7 +1478,7 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
     g.gamma = <const char*>L.base[OP_G]
     if L.n_slices * L.slice_len < PARALLEL_MIN:
         nthreads = 1
-    L.stream = dx.nbytes >= STREAM_MIN_BYTES
+    L.stream = stream_output(&L, dx.nbytes, STREAM_MIN_BYTES, fresh)
     schedule_for(x.nbytes, False)
     with nogil:
         if in_code == 0:

@@ -2421,8 +2421,8 @@ cdef int run_call(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
     axis of x; fresh: y was just allocated (its pages are not yet
     touched).  Nothing is copied."""
     cdef Layout L
-    cdef int rc, a, in_code = type_code(x), out_code = in_code
-    cdef bint has_y = y is not None, several_runs
+    cdef int rc, in_code = type_code(x), out_code = in_code
+    cdef bint has_y = y is not None
     cdef double one_zero[2]
     if (s0 is None or s1 is None) and (s0 is not s1 or s2 is not None or not has_y
                                        or mode == MODE_GIVEN or mode == MODE_STATS):
@@ -2438,24 +2438,9 @@ cdef int run_call(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
     if L.n_slices * L.slice_len < PARALLEL_MIN:
         nthreads = 1
     # Outputs far larger than the caches are written around them, fresh
-    # ones from their last slice down (see fn_normalize_f32)...
-    several_runs = False
-    if not L.columns:
-        for a in range(L.n_red - 1):
-            several_runs = several_runs or L.red[a].size > 1
-    # ...except a fresh one written in address order (rows, and the columns'
-    # blocks of rows), which takes ordinary stores upwards: the pages the
-    # kernel hands out were just zeroed through the cache, so those stores
-    # find their lines there, where streamed ones write past them.  On a
-    # Xeon (kernel alone, one thread, time / np.copy, streamed last slice
-    # first -> ordinary stores upwards): layer_norm over rows of (8192,
-    # 1024) float64 1.39 -> 1.05, float32 1.53 -> 1.16, rows of 32 float32
-    # 2.47 -> 2.02, over axis 0 of (4096, 4096) float32 1.70 -> 1.37.  A
-    # fresh y written channel by channel across NCHW images (slices of
-    # several runs) keeps the streamed stores: eval batch_norm over (64,
-    # 64, 56, 56) float64 0.97 against 1.12-1.18 with ordinary ones.
-    L.stream = (has_y and y.nbytes >= STREAM_MIN_BYTES
-                and (not fresh or several_runs))
+    # ones (slices of several runs) from their last slice down (see
+    # stream_output, fn_normalize_f32).
+    L.stream = has_y and stream_output(&L, y.nbytes, STREAM_MIN_BYTES, fresh)
     L.descend = L.stream and fresh
     schedule_for(x.nbytes, True)
     with nogil:

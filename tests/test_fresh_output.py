@@ -17,7 +17,8 @@ import pytest
 
 import fastnorm
 from fastnorm import _dispatch
-from reference import OUT_TOL, assert_bitwise, assert_close, ref_layer_norm, ref_rms_norm
+from reference import (OUT_TOL, assert_bitwise, assert_close, ref_layer_norm, ref_norm_grads,
+                       ref_rms_norm)
 
 # Rows of n values, enough of them for an output of 8 MiB or more.
 STREAM_BYTES = 8 << 20
@@ -147,3 +148,46 @@ def test_fresh_batch_norm_of_long_maps_is_written_like_out(dtype, maps, layout, 
             assert_close(fresh[::5], ref, OUT_TOL[np.dtype(dtype)] * (1 + np.abs(ref)) * 4, "y")
     finally:
         fastnorm.set_num_threads(None)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fresh_gradients_are_written_like_out(dtype, threads):
+    # dx of at least 8 MiB, allocated by the call (ordinary stores where it
+    # is written in address order) against dx= an existing array
+    # (streamed): rows (the quick path and the general one), the columns of
+    # (N, C), and NCHW channels (several runs, streamed either way).
+    rng = np.random.default_rng(8)
+    x = _x(1000, dtype, 9)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    gamma = rng.uniform(0.5, 2.0, x.shape[1])
+    images = _images((1, 12, 56, 56), dtype, "contiguous", 4)
+    dy_images = rng.standard_normal(images.shape).astype(dtype)
+    fastnorm.set_num_threads(threads)
+    try:
+        _, mean, rstd = fastnorm.layer_norm(x, return_stats=True)
+        for axis in (-1, (1,)):             # the quick path, the general one
+            fresh = fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma, axis=axis)
+            into = np.full_like(x, np.nan)
+            fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma, axis=axis,
+                                         out=(into, None, None))
+            assert_bitwise(fresh[0], into, f"rows, axis {axis}")
+        _, mean, rstd = fastnorm.batch_norm(x, axis=0, return_stats=True)
+        fresh = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma=None, axis=0)
+        into = np.full_like(x, np.nan)
+        fastnorm.batch_norm_backward(dy, x, mean, rstd, axis=0, out=(into, None, None))
+        assert_bitwise(fresh[0], into, "columns")
+        _, mean, rstd = fastnorm.batch_norm(images, return_stats=True)
+        fresh = fastnorm.batch_norm_backward(dy_images, images, mean, rstd)
+        into = np.full_like(images, np.nan)
+        fastnorm.batch_norm_backward(dy_images, images, mean, rstd, out=(into, None, None))
+        assert_bitwise(fresh[0], into, "NCHW channels")
+    finally:
+        fastnorm.set_num_threads(None)
+    # and the values, against the closed form in float64 (a few rows)
+    rows = slice(None, None, 101)
+    _, mean, rstd = fastnorm.layer_norm(x, return_stats=True)
+    got = fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma)[0][rows]
+    ref = ref_norm_grads(dy[rows], x[rows], (1,), (1,), gamma.reshape(1, -1))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert_close(got, ref["dx"], tol * ref["dx_scale"] + 1e-30, "dx")
