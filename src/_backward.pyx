@@ -1455,6 +1455,8 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
     cdef Layout L
     cdef Grad g
     cdef int rc, in_code = type_code(x), out_code = type_code(dx)
+    cdef char* dx_data
+    cdef Py_ssize_t dx_bytes
     if type_code(dy) != in_code:
         raise TypeError("dy and x must have the same dtype")
     # Slots: x, dx (output), gamma (its strides also address the gradient
@@ -1480,6 +1482,14 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
         nthreads = 1
     L.stream = stream_output(&L, dx.nbytes, STREAM_MIN_BYTES, fresh)
     schedule_for(x.nbytes, False)
+    if (L.stream and fresh and nthreads > 1
+            and (cnp.PyArray_IS_C_CONTIGUOUS(dx) or cnp.PyArray_IS_F_CONTIGUOUS(dx))):
+        # (a fresh dx streamed is written channel by channel: each thread
+        # faults its own pages in, see fn_fault_in)
+        dx_data = <char*>cnp.PyArray_DATA(dx)
+        dx_bytes = dx.nbytes
+        with nogil:
+            fn_fault_in(dx_data, dx_bytes, nthreads)
     with nogil:
         if in_code == 0:
             rc = run_in(&g, nthreads, out_code, <half_t*>NULL)

@@ -175,8 +175,6 @@ cdef enum:
     PERIODIC_BYTES = 24 << 10
     # Outputs of at least this many bytes are written with non-temporal stores.
     STREAM_MIN_BYTES = 8 << 20
-    # The smallest page size (fault_in).
-    FAULT_PAGE = 4096
     # Below this many elements a call runs on one thread.  Measured (best of
     # 300 calls, float32, 2 cores): at 2**15 elements two threads were 12-27%
     # slower than one for layer_norm, batch_norm (N, C), mean_var and the
@@ -2411,20 +2409,6 @@ def normalize(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
     run_call(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh)
 
 
-cdef void fault_in(char* p, Py_ssize_t nbytes, int nthreads) noexcept nogil:
-    """Write a byte of every page of a fresh output, the pages dealt out to
-    the threads by address, so that each thread's first writes fault its
-    own pages in (the kernel zeroes each).  Written channel by channel
-    (slices of several runs: the maps of NCHW images), the threads' own
-    passes would first write the same pages at the same time, one thread
-    waiting while the other's page is zeroed.  Kernel alone into a fresh y,
-    two threads, (64, 64, 56, 56): eval batch_norm float32 12.8 -> 9.1 ms,
-    float64 15.6 -> 12.4, training 10.4 -> 8.3 and 18.5 -> 14.6."""
-    cdef Py_ssize_t i, n = (nbytes + FAULT_PAGE - 1) // FAULT_PAGE
-    for i in prange(n, num_threads=nthreads, schedule="static"):
-        p[i * FAULT_PAGE] = 0
-
-
 cdef int run_call(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1, s2,
                   tuple reduced, int mode, double eps, int nthreads, bint fresh) except -1:
     """Run one call: x (float16/32/64, aligned, native byte order); y an
@@ -2463,10 +2447,11 @@ cdef int run_call(cnp.ndarray x, y, gamma, beta, cnp.ndarray s0, cnp.ndarray s1,
     schedule_for(x.nbytes, True)
     if (L.descend and nthreads > 1
             and (cnp.PyArray_IS_C_CONTIGUOUS(y) or cnp.PyArray_IS_F_CONTIGUOUS(y))):
+        # (written channel by channel: each thread faults its own pages in)
         y_data = <char*>cnp.PyArray_DATA(y)
         y_bytes = y.nbytes
         with nogil:
-            fault_in(y_data, y_bytes, nthreads)
+            fn_fault_in(y_data, y_bytes, nthreads)
     with nogil:
         if in_code == 0:
             rc = execute_in(&L, mode, eps, has_y, nthreads, out_code, <half_t*>NULL)

@@ -48,6 +48,7 @@ cdef extern from "fastnorm_simd.h" nogil:
     void fn_normalize_cols_f32(const float* x, float* y, const float* m, const float* s,
                                const float* e, Py_ssize_t n, float g, float b, int stream,
                                const char* ahead)
+    void fn_fault_in(char* p, Py_ssize_t nbytes, int nthreads)
     void fn_normalize_rows_f32(const float* x, float* y, Py_ssize_t rows, Py_ssize_t n,
                                const float* g, const float* b, const float* m, const float* s,
                                const float* e, int stream)

@@ -84,6 +84,26 @@ static inline void fn_set_schedule(int same_split, int guided)
 }
 
 
+/* Write a byte of every page of a fresh output of nbytes at p, the pages
+ * dealt out to nthreads threads by address, so that each thread's first
+ * writes fault its own pages in (the kernel zeroes each).  Written channel
+ * by channel (slices of several runs: the maps of NCHW images), the
+ * threads' own passes would first write the same pages at the same time,
+ * one waiting while the other's page is zeroed: kernel alone into a fresh
+ * y, two threads, (64, 64, 56, 56), eval batch_norm float32 12.8 -> 9.1
+ * ms, float64 15.6 -> 12.4, training 10.4 -> 8.3 and 18.5 -> 14.6. */
+#define FN_FAULT_PAGE 4096
+static inline void fn_fault_in(char *p, ptrdiff_t nbytes, int nthreads)
+{
+    ptrdiff_t i, n = (nbytes + FN_FAULT_PAGE - 1) / FN_FAULT_PAGE;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+#endif
+    for (i = 0; i < n; i++)
+        p[i * FN_FAULT_PAGE] = 0;
+    (void)nthreads;
+}
+
 /* a + b of two values rounded to double first, as NumPy adds two arrays:
  * read through volatile, so that no product that made them is contracted
  * into an FMA with the sum (the kernels build with contraction on). */
