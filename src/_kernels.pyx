@@ -748,10 +748,11 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
 cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) noexcept nogil:
     """Statistics and normalization of slice si by one thread (the slice is
     still in cache for the second pass when it fits).  Into a fresh y
-    (L.descend: slices of several runs, see run_call) slices go last first,
-    and so are written, run after run from the last (batch_norm eval over (64, 64, 56, 56) allocating, one
-    thread, time / np.copy: float32 1.73 -> 1.40, float64 1.54 -> 1.36):
-    what comes next is then the run before.  Upwards, each run of 4 KiB or
+    (L.descend: slices of several runs, see stream_output) slices go last
+    first, and so are written, run after run from the last (batch_norm eval
+    over (64, 64, 56, 56) allocating, one thread, time / np.copy, when
+    that came in: float32 1.73 -> 1.40, float64 1.54 -> 1.36): what comes
+    next is then the run before.  Upwards, each run of 4 KiB or
     more of a slice of several is handed the next run (the last, the next
     slice's first) to fetch as it is written: float32 8 KiB ahead of the
     reads, float64 the whole run (see normalize_block, normalize_loop)."""

@@ -229,8 +229,10 @@ cdef inline bint stream_output(const Layout* L, Py_ssize_t nbytes, Py_ssize_t st
     cdef int a
     if nbytes < stream_min:
         return False
-    if not fresh or L.columns:
-        return not fresh
+    if not fresh:
+        return True
+    if L.columns:
+        return False
     for a in range(L.n_red - 1):
         if L.red[a].size > 1:
             return True

@@ -480,10 +480,10 @@ static inline fn_vf32 fn_set1_f32(float a) { fn_vf32 v = {0}; return v + a; }
  * `down`: from the last value to the first, prefetching `ahead` (the same
  * span of the run before, or NULL) once a line.  A fresh output written
  * run by run across its pages (the maps of NCHW channels, streamed) is
- * written that way, runs in descending order too: on an AMD EPYC a fresh
- * 64 MiB written downwards cost about 1.5 ms over the writes themselves,
- * upwards 6.  (A fresh output written in address order takes ordinary
- * stores upwards instead: see run_call in _kernels.pyx.) */
+ * written that way, runs in descending order too (when that came in, a
+ * fresh 64 MiB written downwards cost about 1.5 ms over the writes
+ * themselves, upwards 6).  A fresh output written in address order takes
+ * ordinary stores upwards instead: see stream_output in _layout.pxd. */
 static inline float fn_normalized_f32(const float *x, const float *g, ptrdiff_t g_inc,
                                       const float *b, ptrdiff_t b_inc, ptrdiff_t i,
                                       float m, float s, float e)
