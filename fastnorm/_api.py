@@ -9,7 +9,7 @@ from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps,
                     split_out)
 from ._quick import batch_norm_call, last_axis, mean_var_last_axis
 from ._run import deliver, kernel_stats, normalize
-from ._running import update_running
+from ._running import running_rstd, update_running
 from ._route import any_dask, via_dask
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
@@ -302,8 +302,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         # (or when an out= over that array is written).
         mean = np.array(param(running_mean, "running_mean", x.shape, kept), order="C")
         var = param(running_var, "running_var", x.shape, kept)
-        with np.errstate(invalid="ignore"):
-            rstd = np.ascontiguousarray(1.0 / np.sqrt(var + eps))
+        rstd = running_rstd(var, eps)
         y, (mean, rstd, _), sdt, outs = normalize(
             x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, given=(mean, rstd))

@@ -25,7 +25,7 @@ from . import _dispatch
 from ._args import float64_param
 from ._config import team_size
 from ._run import kernel_stats
-from ._running import update_running
+from ._running import running_rstd, update_running
 
 _FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
 _F64 = np.dtype(np.float64)
@@ -297,8 +297,7 @@ def batch_norm_call(x, gamma, beta, running_mean, running_var, training, momentu
     else:
         mean = np.array(rm.reshape(keep), dtype=_F64, order="C")
         var = float64_param(rv, keep)
-        with np.errstate(invalid="ignore"):
-            rstd = np.ascontiguousarray(1.0 / np.sqrt(var + eps))
+        rstd = running_rstd(var, eps)
         kernel_stats(x, axes, "given", eps=eps, gamma=gamma, beta=beta, y=y,
                      given=(mean, rstd), fresh=out is None)
     return y

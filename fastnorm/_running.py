@@ -23,3 +23,11 @@ def update_running(rm, rv, mean, var, momentum, n):
     old_var = np.asarray(rv, dtype=np.float64)
     np.copyto(rm, (1.0 - momentum) * old_mean + momentum * mean, casting="unsafe")
     np.copyto(rv, (1.0 - momentum) * old_var + momentum * var * unbias, casting="unsafe")
+
+
+def running_rstd(var, eps):
+    """1 / sqrt(var + eps) of float64 running variances, C-contiguous, as
+    eval-mode batch_norm normalizes with (a negative variance gives NaN,
+    without a warning)."""
+    with np.errstate(invalid="ignore"):
+        return np.ascontiguousarray(1.0 / np.sqrt(var + eps))
