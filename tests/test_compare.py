@@ -12,7 +12,7 @@ import pytest
 from fastnorm._compare import cases, fastnorm_calls, numpy_code
 from fastnorm._compare.agree import agrees, as_tuple, disagreement
 from fastnorm._compare.inputs import make_inputs
-from fastnorm._compare.yardstick import allocating_copy, copy_into
+from fastnorm._compare.yardstick import allocating_copy, copy_into, read_once
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,6 +33,18 @@ def test_copy_yardstick_copies(threads):
     copy_into(y, x, threads)()
     np.testing.assert_array_equal(y, x)
     np.testing.assert_array_equal(allocating_copy(x, threads)(), x)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_read_yardstick_reads_every_byte(threads, dtype):
+    # The pieces' sums (wrapping) add up to the sum of x's unsigned view.
+    x = np.random.default_rng(threads).standard_normal((1001, 7)).astype(dtype)
+    view = x.reshape(-1).view(f"u{x.itemsize}")
+    want = int(view.astype(np.uint64).sum(dtype=np.uint64)) % (1 << 8 * x.itemsize)
+    sums = read_once(x, threads)()
+    assert len(sums) == threads
+    assert sum(int(s) for s in sums) % (1 << 8 * x.itemsize) == want
 
 
 def test_disagreement_is_relative_and_catches_nan():
@@ -61,5 +73,6 @@ def test_quick_run_prints_every_table(tmp_path):
                                               "layer_norm rows, allocating"}
     for r in streaming:
         assert set(r["ratio"]) == {"1", "2"} and all(v > 0 for v in r["ratio"].values())
+        assert set(r["read_ms"]) == {"1", "2"} and all(v > 0 for v in r["read_ms"].values())
         if not r["allocating"]:
             assert r["numpy_ms"] > 0 and not r["skipped"]

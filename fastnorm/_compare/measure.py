@@ -12,7 +12,7 @@ from .agree import agrees, as_tuple, disagreement
 from .inputs import make_inputs
 from .rivals import Skip
 from .timing import Timed, interleave, median_of, median_ratio
-from .yardstick import allocating_copy, copy_into
+from .yardstick import allocating_copy, copy_into, read_once
 
 THREADS = (1, 2)
 
@@ -77,8 +77,9 @@ def _release(rivals):
 
 
 def streaming_row(case, dtype, seed, rivals, budget):
-    """fastnorm against the copy yardstick with 1 and 2 threads, and against
-    NumPy and each rival (rows that allocate: against np.copy only)."""
+    """fastnorm against the copy yardstick with 1 and 2 threads (the read
+    yardstick timed alongside), and against NumPy and each rival (rows that
+    allocate: against np.copy only)."""
     started = time.perf_counter()
     inp = make_inputs(case, dtype, seed)
     fast = fastnorm_calls.build(inp, allocate=case.allocating)
@@ -92,9 +93,11 @@ def streaming_row(case, dtype, seed, rivals, budget):
         # size less on the largest rows (want is checked before timing).
         scratch = want[0] if want[0].shape == inp.x.shape else np.empty_like(inp.x)
         copies = {n: copy_into(scratch, inp.x, n) for n in THREADS}
+    reads = {n: read_once(inp.x, n) for n in THREADS}
     timeds = []
     for n in THREADS:
-        timeds += [Timed(("copy", n), copies[n]), _fastnorm_column(fast, n)]
+        timeds += [Timed(("copy", n), copies[n]), Timed(("read", n), reads[n]),
+                   _fastnorm_column(fast, n)]
     try:
         if not case.allocating:
             timeds += _numpy_column(inp, want, row, slow=True)
@@ -107,6 +110,7 @@ def streaming_row(case, dtype, seed, rivals, budget):
         fastnorm.set_num_threads(None)
     row["reps"] = len(samples["copy", 1])
     row["copy_ms"] = {n: _ms(median_of(samples["copy", n])) for n in THREADS}
+    row["read_ms"] = {n: _ms(median_of(samples["read", n])) for n in THREADS}
     row["fastnorm_ms"] = {n: _ms(median_of(samples["fastnorm", n])) for n in THREADS}
     row["ratio"] = {n: median_ratio(samples["fastnorm", n], samples["copy", n])
                     for n in THREADS}

@@ -47,6 +47,7 @@ def _table(columns, rows):
 def targets_table(rows):
     return _table([
         ("copy ms 1t/2t", 13, lambda r: _pair(r["copy_ms"], ".2f")),
+        ("read ms 1t/2t", 13, lambda r: _pair(r.get("read_ms"), ".2f")),
         ("fastnorm 1t/2t", 14, lambda r: _pair(r["fastnorm_ms"], ".2f")),
         ("/copy 1t/2t", 11, lambda r: _pair(r["ratio"], ".2f")),
         ("target", 6, lambda r: f"{r['target']:.2f}"),
@@ -174,8 +175,11 @@ def timing_sections(rows, names, missing):
                      "threads (x split into contiguous pieces);",
                      "  rows marked 'allocating' call fastnorm without out= and are timed "
                      "against np.copy (which allocates too).",
-                     "  fastnorm/copy: mean_var only reads x (0.5 is its limit); batch_norm "
-                     "training reads x twice; backward reads dy and x."]),
+                     "  read = x's bytes read once (np.add.reduce over an unsigned integer "
+                     "view, split as the copy): the least time any call on x takes.",
+                     "  fastnorm/copy: mean_var only reads x (its limit is read/copy, 0.5 "
+                     "where reads and writes are equally fast); batch_norm training reads x "
+                     "twice; backward reads dy and x."]),
         _section("in cache: fastnorm with 1 thread against 2", scaling_table(kinds["scaling"])),
         _section(f"one small call (whole call, allocating its output; {THREADS[-1]} threads "
                  "allowed, each library decides how many to use), microseconds",
