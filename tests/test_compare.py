@@ -74,5 +74,11 @@ def test_quick_run_prints_every_table(tmp_path):
     for r in streaming:
         assert set(r["ratio"]) == {"1", "2"} and all(v > 0 for v in r["ratio"].values())
         assert set(r["read_ms"]) == {"1", "2"} and all(v > 0 for v in r["read_ms"].values())
+        # the stream model's floor: mean_var reads x once, layer_norm reads
+        # and writes it once (a copy)
+        reads, copies = r["traffic"]
+        assert (reads, copies) == ((1, 0) if r["op"] == "mean_var" else (0, 1))
+        for n, floor in r["floor"].items():
+            assert floor > 0 and (floor == 1.0 if reads == 0 else copies == 0), (n, floor)
         if not r["allocating"]:
             assert r["numpy_ms"] > 0 and not r["skipped"]

@@ -28,12 +28,27 @@ class Case:
     target: float     # the goal's bound (see the module docstring for its meaning per kind)
     dtypes: tuple = BOTH
     allocating: bool = False   # no out=: the yardstick is np.copy, which allocates too
+    # The stream model's least traffic, as (reads, copies) of x's bytes: a
+    # call that reads x and writes y once is one copy; each further look at
+    # an input that does not stay in cache is one more read.  Its floor is
+    # reads x read + copies x copy, both yardsticks timed in the same run.
+    traffic: tuple = (0, 1)
 
     @property
     def name(self):
         """Unique across the run (labels repeat across the three kinds)."""
         return f"{self.label} {'x'.join(map(str, self.shape))}"
 
+
+# Traffic models (see Case.traffic): mean_var reads x once; batch_norm
+# training and layer_norm over axis 0 take every slice's statistics before
+# its output, and their slices do not stay in cache (two looks at x); a
+# gradient whose slices stay in cache reads dy besides x -> dx; batch_norm's
+# reads x and dy for the sums over the batch, then again for dx.
+READ_ONLY = (1, 0)
+TWO_LOOKS = (1, 1)
+GRADIENT = (1, 1)
+BATCH_GRADIENT = (3, 1)
 
 # Targets: single-pass forwards 1.15 (1.3 where the reduced axis is the
 # strided one), batch_norm training 1.6 (statistics need a second look at
@@ -45,22 +60,30 @@ STREAMING = [
     Case("layer_norm rows", "layer_norm", (16384, 4096), -1, 1.15),
     Case("layer_norm last 2 axes", "layer_norm", (64, 196, 768), (1, 2), 1.15),
     Case("layer_norm short rows", "layer_norm", (131072, 32), -1, 1.15),
-    Case("layer_norm axis 0", "layer_norm", (4096, 4096), 0, 1.3),
-    Case("batch_norm NCHW", "batch_norm", (64, 64, 56, 56), None, 1.6),
-    Case("batch_norm NHWC", "batch_norm", (64, 56, 56, 64), (0, 1, 2), 1.6),
-    Case("batch_norm (N, C)", "batch_norm", (65536, 512), 0, 1.6),
-    Case("batch_norm NCHW 7x7", "batch_norm", (256, 512, 7, 7), None, 1.6),
+    Case("layer_norm axis 0", "layer_norm", (4096, 4096), 0, 1.3, traffic=TWO_LOOKS),
+    Case("batch_norm NCHW", "batch_norm", (64, 64, 56, 56), None, 1.6, traffic=TWO_LOOKS),
+    Case("batch_norm NHWC", "batch_norm", (64, 56, 56, 64), (0, 1, 2), 1.6,
+         traffic=TWO_LOOKS),
+    Case("batch_norm (N, C)", "batch_norm", (65536, 512), 0, 1.6, traffic=TWO_LOOKS),
+    Case("batch_norm NCHW 7x7", "batch_norm", (256, 512, 7, 7), None, 1.6,
+         traffic=TWO_LOOKS),
     Case("batch_norm eval NCHW", "batch_norm_eval", (64, 64, 56, 56), None, 1.1),
     Case("batch_norm eval NHWC", "batch_norm_eval", (64, 56, 56, 64), (0, 1, 2), 1.1),
     Case("rms_norm rows", "rms_norm", (8192, 1024), -1, 1.1),
-    Case("mean_var rows", "mean_var", (8192, 1024), -1, 0.55),
-    Case("mean_var columns", "mean_var", (8192, 1024), 0, 0.55),
-    Case("layer_norm bwd rows", "layer_norm_backward", (8192, 1024), -1, 1.6),
-    Case("rms_norm bwd rows", "rms_norm_backward", (8192, 1024), -1, 1.6),
-    Case("batch_norm bwd NCHW", "batch_norm_backward", (64, 64, 56, 56), None, 1.6),
-    Case("batch_norm bwd (N, C)", "batch_norm_backward", (65536, 512), 0, 1.6),
-    Case("batch_norm bwd NCHW 7x7", "batch_norm_backward", (256, 512, 7, 7), None, 1.6),
-    Case("group_norm bwd NCHW", "group_norm_backward", (64, 64, 56, 56), 1, 1.6),
+    Case("mean_var rows", "mean_var", (8192, 1024), -1, 0.55, traffic=READ_ONLY),
+    Case("mean_var columns", "mean_var", (8192, 1024), 0, 0.55, traffic=READ_ONLY),
+    Case("layer_norm bwd rows", "layer_norm_backward", (8192, 1024), -1, 1.6,
+         traffic=GRADIENT),
+    Case("rms_norm bwd rows", "rms_norm_backward", (8192, 1024), -1, 1.6,
+         traffic=GRADIENT),
+    Case("batch_norm bwd NCHW", "batch_norm_backward", (64, 64, 56, 56), None, 1.6,
+         traffic=BATCH_GRADIENT),
+    Case("batch_norm bwd (N, C)", "batch_norm_backward", (65536, 512), 0, 1.6,
+         traffic=BATCH_GRADIENT),
+    Case("batch_norm bwd NCHW 7x7", "batch_norm_backward", (256, 512, 7, 7), None, 1.6,
+         traffic=BATCH_GRADIENT),
+    Case("group_norm bwd NCHW", "group_norm_backward", (64, 64, 56, 56), 1, 1.6,
+         traffic=GRADIENT),
     Case("layer_norm rows, allocating", "layer_norm", (8192, 1024), -1, 1.1,
          allocating=True),
     Case("rms_norm rows, allocating", "rms_norm", (8192, 1024), -1, 1.1, allocating=True),

@@ -115,6 +115,10 @@ def streaming_row(case, dtype, seed, rivals, budget):
     row["ratio"] = {n: median_ratio(samples["fastnorm", n], samples["copy", n])
                     for n in THREADS}
     row["met"] = {n: row["ratio"][n] <= case.target for n in THREADS}
+    reads, copies = case.traffic
+    row["traffic"] = list(case.traffic)
+    row["floor"] = {n: reads * median_ratio(samples["read", n], samples["copy", n]) + copies
+                    for n in THREADS}
     _summarize_rivals(row, samples, timeds, THREADS, lambda n: ("fastnorm", n))
     return row
 
