@@ -1,15 +1,16 @@
 """The comparison run by ``python -m fastnorm --full`` and
 ``benchmarks/compare.py``: every row of the performance goal, fastnorm
-against a copy of the same bytes with 1 and 2 threads, against the NumPy
-code a user would write and, where installed, against PyTorch, ONNX Runtime
-and JAX; then the peak memory of every public call.
+against a copy of the same bytes with 1 and 2 threads (and a read of them,
+for each row's floor), against the NumPy code a user would write and, where
+installed, against PyTorch, ONNX Runtime and JAX; then the peak memory of
+every public call.
 
 One job per module:
 
-* cases: the rows and their targets
+* cases: the rows, their targets and their traffic models
 * inputs: the arrays of a row, the same in every process
 * fastnorm_calls, numpy_code, torch_code, ort_code, jax_code: each side's code
-* yardstick: the copy with n threads
+* yardstick: the copy and the read of x with n threads
 * agree: whether two results are the same computation
 * timing: interleaved repetitions, medians, per-repetition ratios
 * rivals: the optional libraries, loaded or skipped with the reason

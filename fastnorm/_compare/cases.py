@@ -7,7 +7,8 @@ Three kinds of row, each measured against its own yardstick:
   into a preallocated array with the same number of threads (the target is
   the highest ``fastnorm / copy`` ratio allowed), and against NumPy and the
   other libraries.  ``allocating`` rows call fastnorm without ``out=`` and
-  are timed against ``np.copy``, which allocates too.
+  are timed against ``np.copy``, which allocates too.  Each row's traffic
+  model gives its floor from the copy and the read of x (see Case).
 * SMALL_CALL: a whole call on an array that fits in L1 (the target is a
   time in seconds).
 * SCALING: in-cache arrays, 1 thread against 2 (the target is the lowest
@@ -31,7 +32,7 @@ class Case:
     # The stream model's least traffic, as (reads, copies) of x's bytes: a
     # call that reads x and writes y once is one copy; each further look at
     # an input that does not stay in cache is one more read.  Its floor is
-    # reads x read + copies x copy, both yardsticks timed in the same run.
+    # reads * read + copies * copy, both yardsticks timed in the same run.
     traffic: tuple = (0, 1)
 
     @property
