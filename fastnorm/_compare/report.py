@@ -178,7 +178,7 @@ def timing_sections(rows, names, missing):
                      "  rows marked 'allocating' call fastnorm without out= and are timed "
                      "against np.copy (which allocates too).",
                      "  read = x's bytes read once (np.add.reduce over an unsigned integer "
-                     "view, split as the copy): the least time any call on x takes.",
+                     "view, split as the copy): what one look at x costs.",
                      "  floor = the stream model's least time, in copies: a copy for each "
                      "pass that reads x and writes y, a read for each other look at an input "
                      "that does not stay in cache (mean_var: 1 read; batch_norm training, "

@@ -10,13 +10,16 @@ master does.
 
 The read yardstick sums x's bytes as unsigned integers of x's itemsize
 (``np.add.reduce``, which reads as fast as a hand-written AVX-512 loop of
-loads here, and releases the GIL too): the least time in which anything
-can look at x once.  It is the limit of a call that only reads (mean_var),
-and it says how much a second look at x costs where x does not stay in
-cache (statistics of a slice taken before its output: batch_norm
-training, layer_norm over axis 0, the gradients of batch_norm).  On one
-core it need not be half a copy: a core keeps only so many reads from
-memory in flight, while a large copy's writes go past them.
+loads here, and releases the GIL too): what one look at x costs.  It is
+the limit of a call that only reads (mean_var), and it says how much a
+second look at x costs where x does not stay in cache (statistics of a
+slice taken before its output: batch_norm training, layer_norm over axis
+0, the gradients of batch_norm).  On one core it need not be half a copy:
+a core keeps only so many reads from memory in flight, while a large
+copy's writes go past them.  It is a bound for arrays read from memory;
+for arrays that fit the last-level cache, its time, like every column's,
+depends on what ran just before it (mean_var has come to 0.86-0.96 of it
+there).
 """
 from concurrent.futures import ThreadPoolExecutor
 
