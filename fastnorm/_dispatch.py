@@ -52,17 +52,12 @@ def _level(level):
 
 
 def load(level=None):
-    """The forward kernel module for `level` (default: the best available)."""
+    """The kernel module for `level` (default: the best available)."""
     return import_module(f"fastnorm._kernels_{_level(level)}")
 
 
-def load_backward(level=None):
-    """The gradient kernel module for `level` (default: the best available)."""
-    return import_module(f"fastnorm._backward_{_level(level)}")
-
-
 kernels = load()
-backward = load_backward()
+backward = kernels      # the gradients live in the same module
 
 
 @contextlib.contextmanager
@@ -70,7 +65,7 @@ def use(level):
     """Run the enclosed calls on the kernels of `level` (process-wide)."""
     global kernels, backward
     previous = kernels, backward
-    kernels, backward = load(level), load_backward(level)
+    kernels = backward = load(level)
     try:
         yield kernels
     finally:

@@ -95,7 +95,7 @@ def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
     else:
         k = _dispatch.backward
         k.backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
-                   k.MODES[mode], team_size(), fresh=fresh)
+                   k.GRAD_MODES[mode], team_size(), fresh=fresh)
     if final is not None:
         np.copyto(final, dx)
         dx = final

@@ -183,7 +183,7 @@ def rows_backward(dy, x, mean, rstd, gamma, axis, mode, out, n_out):
     m = stats[0] if mode == "center" else np.zeros(keep)
     b = _dispatch.backward
     threads = team_size() if x.size >= _dispatch.kernels.parallel_min else 1
-    b.backward(dy, x, dx, g, m, stats[-1], dg, db, _LAST_AXIS[ndim], b.MODES[mode], threads,
+    b.backward(dy, x, dx, g, m, stats[-1], dg, db, _LAST_AXIS[ndim], b.GRAD_MODES[mode], threads,
                1, fresh)
     grads = [dx]
     for grad, o in zip((dg, db)[:n_out - 1], outs[1:]):

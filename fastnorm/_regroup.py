@@ -209,7 +209,7 @@ def run_backward(dy, x, dx, shape, mode, *, gamma, mean, rstd, dgamma, dbeta, fr
     dg, db = np.empty((1, cols)), np.empty((1, cols))
     k.backward(dy.reshape(rows, cols), x.reshape(rows, cols), dx.reshape(rows, cols),
                _per_column(gamma, keep, inner), _per_column(mean, keep, inner),
-               _per_column(rstd, keep, inner), dg, db, (True, False), k.MODES[mode],
+               _per_column(rstd, keep, inner), dg, db, (True, False), k.GRAD_MODES[mode],
                team_size(), inner, fresh)
     dgamma[...] = dg.reshape(channels, inner).sum(axis=1).reshape(keep)
     dbeta[...] = db.reshape(channels, inner).sum(axis=1).reshape(keep)

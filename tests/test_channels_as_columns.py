@@ -323,4 +323,4 @@ def test_backward_groups_are_checked():
     one = np.ones((1, 10))
     with pytest.raises(ValueError, match="groups"):
         k.backward(x, x, np.empty_like(x), one, one, one, np.empty((1, 10)), np.empty((1, 10)),
-                   (True, False), k.MODES["center"], 1, 3)
+                   (True, False), k.GRAD_MODES["center"], 1, 3)

@@ -14,8 +14,8 @@ from fastnorm import _dispatch
 from reference import assert_close, expand_param, ref_norm_grads, tiny
 
 GRADS = _dispatch.backward
-TILE = GRADS.column_tile
-PASS = GRADS.pass_groups
+TILE = GRADS.grad_column_tile
+PASS = GRADS.grad_pass_groups
 DX_TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
 PARAM_TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
 

@@ -28,9 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FN_KEEP_MIN ((size_t)64 << 10)
-#define FN_KEEP_BLOCKS 8
-#define FN_KEEP_BYTES ((size_t)16 << 20)
+#include "tuning.h"
 
 /* Each block starts with its size; 64 bytes keep the data as aligned as
  * malloc's. */

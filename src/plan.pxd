@@ -1,4 +1,4 @@
-# From any call to one of two access patterns.
+# The planner: from any call to an access pattern and a route.
 #
 # A call is a set of operands that share x's shape (x, the output y, gamma,
 # beta, and the per-slice statistics), each with its own byte strides; axes
@@ -15,9 +15,80 @@
 #   COLUMNS  the innermost axis is kept: the Welford update is vectorized
 #            across it, one row of the reduced axes at a time (batch norm on
 #            (N, C) and NHWC, layer norm over axis 0, F-ordered input).
+#
+# Every tuning value the kernels use is in tuning.h, declared here.
 
 cimport numpy as cnp
 from libc.string cimport memcpy, memmove
+
+cdef extern from "tuning.h":
+    enum:
+        PARALLEL_MIN "FN_PARALLEL_MIN"
+        SAME_SPLIT_BYTES "FN_SAME_SPLIT_BYTES"
+        FN_NV "FN_NV"
+        FN_NVC "FN_NVC"
+        STATS_AHEAD "FN_STATS_AHEAD"
+        ROW_ACCS "FN_ROW_ACCS"
+        CHUNK "FN_CHUNK"
+        SUM_ROWS "FN_SUM_ROWS"
+        SHORT_ROW_MIN "FN_SHORT_ROW_MIN"
+        SHORT_ROW_BYTES "FN_SHORT_ROW_BYTES"
+        CACHED_BYTES "FN_CACHED_BYTES"
+        CACHED_ROW_BYTES "FN_CACHED_ROW_BYTES"
+        CACHED_BYTES_F64 "FN_CACHED_BYTES_F64"
+        CACHED_ROW_BYTES_F64 "FN_CACHED_ROW_BYTES_F64"
+        CACHED_BATCH_BYTES "FN_CACHED_BATCH_BYTES"
+        SHORT_SLICE_MAX "FN_SHORT_SLICE_MAX"
+        SHORT_BATCH "FN_SHORT_BATCH"
+        SHORT_RUN_MIN "FN_SHORT_RUN_MIN"
+        PREFETCH_BYTES "FN_PREFETCH_BYTES"
+        RUN_AHEAD_BYTES "FN_RUN_AHEAD_BYTES"
+        HAND_ON_BYTES "FN_HAND_ON_BYTES"
+        AHEAD_F32 "FN_AHEAD_F32"
+        IMAGE_RUN_BYTES "FN_IMAGE_RUN_BYTES"
+        IMAGE_BLOCKS "FN_IMAGE_BLOCKS"
+        IMAGE_STATE_BYTES "FN_IMAGE_STATE_BYTES"
+        COL_TILE "FN_COL_TILE"
+        GRAD_COL_TILE "FN_GRAD_COL_TILE"
+        PAD "FN_PAD"
+        FINISH_COLS "FN_FINISH_COLS"
+        ROW_BLOCK_MIN "FN_ROW_BLOCK_MIN"
+        COL_BLOCK_BYTES "FN_COL_BLOCK_BYTES"
+        COL_BLOCKS_MIN "FN_COL_BLOCKS_MIN"
+        MAX_COL_ITEMS "FN_MAX_COL_ITEMS"
+        MAX_PASS_GROUPS "FN_MAX_PASS_GROUPS"
+        GRAD_PASS_GROUPS "FN_GRAD_PASS_GROUPS"
+        PREFETCH_ROWS "FN_PREFETCH_ROWS"
+        PREFETCH_ROW_MAX "FN_PREFETCH_ROW_MAX"
+        SWEEP_BYTES "FN_SWEEP_BYTES"
+        OUT_CHUNK "FN_OUT_CHUNK"
+        OUT_ROWS "FN_OUT_ROWS"
+        PERIODIC_BYTES "FN_PERIODIC_BYTES"
+        ROWS_HELD "FN_ROWS_HELD"
+        INNER_MAX "FN_INNER_MAX"
+        MIN_COLUMN_BYTES "FN_MIN_COLUMN_BYTES"
+        FORWARD_COLUMN_BYTES "FN_FORWARD_COLUMN_BYTES"
+        GRADIENT_COLUMN_BYTES "FN_GRADIENT_COLUMN_BYTES"
+        COLUMN_ARRAYS_MAX "FN_COLUMN_ARRAYS_MAX"
+        IMAGES_INNER_MIN "FN_IMAGES_INNER_MIN"
+        MAX_BLOCKS "FN_MAX_BLOCKS"
+        MAX_PARTIAL_BYTES "FN_MAX_PARTIAL_BYTES"
+        SLICE_BLOCK_BYTES "FN_SLICE_BLOCK_BYTES"
+        ROWS_PER_BLOCK_MIN "FN_ROWS_PER_BLOCK_MIN"
+        GRAD_ROWS "FN_GRAD_ROWS"
+        G32_MAX "FN_G32_MAX"
+        FOLD_CHUNK "FN_FOLD_CHUNK"
+        STREAM_MIN_BYTES "FN_STREAM_MIN_BYTES"
+
+cdef extern from "simd.h" nogil:
+    void fn_set_schedule(int same_split, int guided)
+
+
+cdef inline void schedule_for(Py_ssize_t x_bytes, bint guided) noexcept nogil:
+    """Set the schedule of this thread's next parallel loops for a call on
+    x_bytes bytes of x: static up to SAME_SPLIT_BYTES (each thread finds its
+    part where it left it), else guided, or one item at a time (dynamic)."""
+    fn_set_schedule(x_bytes <= SAME_SPLIT_BYTES, guided)
 
 cdef enum:
     MAX_DIMS = 64

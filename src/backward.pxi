@@ -1,14 +1,11 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-# cython: initializedcheck=False, nonecheck=False, freethreading_compatible=True
-#
 # Gradients of the normalizers, on the planner (_layout.pxd) and the vector
 # primitives of the forward kernels; compiled once per instruction-set level
 # (fastnorm._backward_<level>).  For a slice with mean m, rstd r and n values,
 # xhat = (x - m) * r and gd = dy * gamma:
 #
-#   MODE_CENTER  dx = r * (gd - A/n - xhat * B/n),  A = sum(gd), B = sum(gd * xhat)
-#   MODE_RMS     the same with m = 0 and A = 0
-#   MODE_SCALE   dx = r * gd                        (batch norm in eval mode)
+#   GRAD_CENTER  dx = r * (gd - A/n - xhat * B/n),  A = sum(gd), B = sum(gd * xhat)
+#   GRAD_RMS     the same with m = 0 and A = 0
+#   GRAD_SCALE   dx = r * gd                        (batch norm in eval mode)
 #
 # and for every entry p of gamma: dgamma[p] = sum(dy * xhat), dbeta[p] =
 # sum(dy), over the elements that read gamma[p].
@@ -23,59 +20,23 @@
 # for float32 data (and float64 columns) from coefficients folded once per
 # slice: dx = dy * (gamma r) + (x - m) * k2 + k0.
 
-from cython.parallel cimport parallel, prange
-from libc.math cimport fabs
-from _scratch cimport fn_calloc, fn_free, fn_malloc
-cimport numpy as cnp
-
-from _simd cimport *
-from _layout cimport *
-from _threads cimport schedule_for
-from _sweep cimport *
-
-cnp.import_array()
 
 cdef enum:
     OP_DY = OP_B      # the layout's beta slot carries dy
     OP_DX = OP_Y      # ...and its output slot dx
 
 cdef enum:
-    MODE_CENTER = 0
-    MODE_RMS = 1
-    MODE_SCALE = 2
+    GRAD_CENTER = 0
+    GRAD_RMS = 1
+    GRAD_SCALE = 2
 
 cdef enum:
-    MAX_BLOCKS = 64                 # partial-sum blocks at most...
-    MAX_PARTIAL_BYTES = 32 << 20    # ...and at most this much memory for them
-    IMAGE_RUN_BYTES = 8192          # runs of interleaved slices go image by
-                                    # image up to this long (_kernels.pyx)
-    SLICE_BLOCK_BYTES = 256 << 10   # of x, at least, in a block of slices: its
-                                    # partial sums cost a fraction of reading it
-    ROWS_PER_BLOCK_MIN = 64
-    COL_TILE = 1024                 # columns per tile (COLUMNS pattern)
-    PARALLEL_MIN = 1 << 16          # one thread below (see _kernels.pyx)
-    RUN_AHEAD_BYTES = 4096          # of each run of the next slice (NCHW),
-                                    # into L2: batch_norm_backward float32
-                                    # (64, 512, 14, 14) 4.3 -> 2.7x a copy,
-                                    # (16, 512, 28, 28) 2.7 -> 2.1x
-    STREAM_MIN_BYTES = 8 << 20      # dx this large is written around the caches
-    PAD = 8                         # doubles between side-by-side buffers
     PAGE = 512                      # doubles in 4 KiB
     HALF_PAGE = 256
-    SWEEP_BYTES = 128 << 10         # rows x tile bytes of x and dy per sweep
-                                    # (see _sweep.pxd)
-    ROWS = 4                        # slices whose parameter sums share one
-                                    # pass over the partial buffers
-    G32_MAX = 1 << 20               # entries of gamma copied to float32 at most
-    FOLD_CHUNK = 4096               # columns per work item of the folds and
-                                    # the coefficients (a call each cost more
-                                    # than the work with few rows)
-    PASS_GROUPS = 16                # COLUMNS groups (tiles of one outer slice)
-                                    # per pass (run_passes)
 
-MODES = {"center": MODE_CENTER, "rms": MODE_RMS, "scale": MODE_SCALE}
-column_tile = COL_TILE
-pass_groups = PASS_GROUPS
+GRAD_MODES = {"center": GRAD_CENTER, "rms": GRAD_RMS, "scale": GRAD_SCALE}
+grad_column_tile = GRAD_COL_TILE
+grad_pass_groups = GRAD_PASS_GROUPS
 
 
 cdef struct Grad:
@@ -362,21 +323,14 @@ cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize
         i = i + 1
 
 
-cdef inline void prefetch_run(const char* p, Py_ssize_t nbytes) noexcept nogil:
-    """Start loading nbytes from p into the second-level cache."""
-    cdef Py_ssize_t off
-    for off in range(0, nbytes, 64):
-        fn_prefetch_l2(p + off)
-
-
 cdef inline void slice_coefs(const Grad* g, const Sums* acc, double* a, double* b) noexcept nogil:
     """The a, b of pass 2 from a slice's sums A, B."""
     a[0] = 0.0
     b[0] = 0.0
-    if g.mode == MODE_CENTER:
+    if g.mode == GRAD_CENTER:
         a[0] = acc.a * g.inv_n
         b[0] = acc.b * g.inv_n
-    elif g.mode == MODE_RMS:
+    elif g.mode == GRAD_RMS:
         b[0] = acc.b * g.inv_n
 
 
@@ -407,8 +361,8 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
         if ahead > 0:
-            prefetch_run(L.base[OP_X] + s_next.off[OP_X] + r.off[OP_X], ahead)
-            prefetch_run(L.base[OP_DY] + s_next.off[OP_DY] + r.off[OP_DY], ahead)
+            fetch_lines(L.base[OP_X] + s_next.off[OP_X] + r.off[OP_X], ahead)
+            fetch_lines(L.base[OP_DY] + s_next.off[OP_DY] + r.off[OP_DY], ahead)
         go = s.off[OP_G] + r.off[OP_G]
         pg = <char*>part + g.gshift + go
         pb = <char*>(part + g.pstride) + g.gshift + go
@@ -433,26 +387,26 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
                            double* pg, double* pb, Py_ssize_t n,
                            const double* m, const double* r, Sums* acc,
                            const char** xa, const char** da, in_t* ki) noexcept nogil:
-    """Pass 1 over ROWS contiguous runs that share gamma and the partial
+    """Pass 1 over GRAD_ROWS contiguous runs that share gamma and the partial
     buffers: A and B of each into acc[k], and one read-modify-write of the
     buffers per vector for all of them.  The buffers receive the runs in
-    order, so the sums are those of ROWS calls of run_sums.  xa, da: the
-    next ROWS rows of x and dy (NULL at the end), fetched as these are read
+    order, so the sums are those of GRAD_ROWS calls of run_sums.  xa, da: the
+    next GRAD_ROWS rows of x and dy (NULL at the end), fetched as these are read
     (float16/float32)."""
-    cdef fn_vd vm[ROWS]
-    cdef fn_vd vr[ROWS]
-    cdef fn_vd vmr[ROWS]
-    cdef fn_vd sa[ROWS]
-    cdef fn_vd sb[ROWS]
+    cdef fn_vd vm[GRAD_ROWS]
+    cdef fn_vd vr[GRAD_ROWS]
+    cdef fn_vd vmr[GRAD_ROWS]
+    cdef fn_vd sa[GRAD_ROWS]
+    cdef fn_vd sb[GRAD_ROWS]
     cdef fn_vd G, PG, PB, D, u
-    cdef double ta[ROWS]
-    cdef double tb[ROWS]
-    cdef const char* xk[ROWS]     # local copies: stores to the buffers
-    cdef const char* dyk[ROWS]    # cannot change them, so they stay in registers
+    cdef double ta[GRAD_ROWS]
+    cdef double tb[GRAD_ROWS]
+    cdef const char* xk[GRAD_ROWS]     # local copies: stores to the buffers
+    cdef const char* dyk[GRAD_ROWS]    # cannot change them, so they stay in registers
     cdef double gs, ds, xs, tg, td
     cdef Py_ssize_t i = 0
     cdef int k
-    for k in range(ROWS):
+    for k in range(GRAD_ROWS):
         xk[k] = xp[k]
         dyk[k] = dyp[k]
         vm[k] = fn_set1(m[k])
@@ -471,14 +425,14 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
             # Into L2 (a Xeon with 2 MiB a core), not L1: rows of (16384,
             # 4096) float32 3.81 -> 3.04, two threads 1.79 -> 1.51; the
             # others the same within noise.
-            if xa[ROWS - 1] != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
-                for k in range(ROWS):
+            if xa[GRAD_ROWS - 1] != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
+                for k in range(GRAD_ROWS):
                     fn_prefetch_l2(xa[k] + i * sizeof(in_t))
                     fn_prefetch_l2(da[k] + i * sizeof(in_t))
         G = fn_load_f64(gp + i)
         PG = fn_load_f64(pg + i)
         PB = fn_load_f64(pb + i)
-        for k in range(ROWS):
+        for k in range(GRAD_ROWS):
             D = vload(dyk[k] + i * sizeof(in_t), sizeof(in_t), ki)
             u = fn_mul(D, xhat(vload(xk[k] + i * sizeof(in_t), sizeof(in_t), ki),
                                vm[k], vr[k], vmr[k], ki))
@@ -493,7 +447,7 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
         gs = gp[i]
         tg = pg[i]
         td = pb[i]
-        for k in range(ROWS):
+        for k in range(GRAD_ROWS):
             xs = (sload(xp[k] + i * sizeof(in_t), ki) - m[k]) * r[k]
             ds = sload(dyp[k] + i * sizeof(in_t), ki)
             ta[k] = ta[k] + ds * gs
@@ -503,40 +457,40 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
         pg[i] = tg
         pb[i] = td
         i = i + 1
-    for k in range(ROWS):
+    for k in range(GRAD_ROWS):
         acc[k].a = fn_hsum(sa[k]) + ta[k]
         acc[k].b = fn_hsum(sb[k]) + tb[k]
 
 
 cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
                     in_t* ki, out_t* ko) noexcept nogil:
-    """Both passes over the ROWS slices from si, when each is one contiguous
+    """Both passes over the GRAD_ROWS slices from si, when each is one contiguous
     run along which gamma lies (layer norm over the last axes): pass 1 reads
     the rows side by side, so the parameter sums cost one update per vector
     for all of them."""
     cdef const Layout* L = g.L
     cdef Py_ssize_t n = L.slice_len
     cdef Odometer s
-    cdef const char* xp[ROWS]
-    cdef const char* dyp[ROWS]
-    cdef char* dxp[ROWS]
-    cdef double m[ROWS]
-    cdef double rs[ROWS]
-    cdef Sums acc[ROWS]
+    cdef const char* xp[GRAD_ROWS]
+    cdef const char* dyp[GRAD_ROWS]
+    cdef char* dxp[GRAD_ROWS]
+    cdef double m[GRAD_ROWS]
+    cdef double rs[GRAD_ROWS]
+    cdef Sums acc[GRAD_ROWS]
     cdef double a, b
     cdef int k
-    cdef const char* xa[ROWS]
-    cdef const char* da[ROWS]
+    cdef const char* xa[GRAD_ROWS]
+    cdef const char* da[GRAD_ROWS]
     odo_init(&s, L.kept, L.n_kept, si)
-    for k in range(ROWS):
+    for k in range(GRAD_ROWS):
         xp[k] = L.base[OP_X] + s.off[OP_X]
         dyp[k] = L.base[OP_DY] + s.off[OP_DY]
         dxp[k] = L.base[OP_DX] + s.off[OP_DX]
         m[k] = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
         rs[k] = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
         odo_next(&s, L.kept, L.n_kept)
-    for k in range(ROWS):
-        if si + ROWS + k < L.n_slices:
+    for k in range(GRAD_ROWS):
+        if si + GRAD_ROWS + k < L.n_slices:
             xa[k] = L.base[OP_X] + s.off[OP_X]
             da[k] = L.base[OP_DY] + s.off[OP_DY]
             odo_next(&s, L.kept, L.n_kept)
@@ -545,7 +499,7 @@ cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
             da[k] = NULL
     rows_sums(xp, dyp, <const double*>g.gamma, <double*>(<char*>part + g.gshift),
               <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, xa, da, ki)
-    for k in range(ROWS):
+    for k in range(GRAD_ROWS):
         slice_coefs(g, &acc[k], &a, &b)
         run_dx(xp[k], sizeof(in_t), dyp[k], sizeof(in_t), g.gamma, sizeof(double),
                g.g32 + g.gshift // sizeof(double) if g.g32 != NULL else NULL, g.g32_max,
@@ -574,9 +528,9 @@ cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexce
     cdef double* part = g.partial + 2 * blk * g.pstride
     si = lo
     if rows_fit(g, ki):
-        while si + ROWS <= hi:
+        while si + GRAD_ROWS <= hi:
             grad_rows(g, si, part, ki, ko)
-            si = si + ROWS
+            si = si + GRAD_ROWS
     while si < hi:
         grad_slice(g, si, part, ki, ko)
         si = si + 1
@@ -801,17 +755,17 @@ cdef struct Cols:
     Py_ssize_t c0
     Py_ssize_t width
     Py_ssize_t slice0       # flat slice index of column c0
-    double m[COL_TILE + PAD]    # per-column mean and rstd (padded: see run)
-    double r[COL_TILE + PAD]
+    double m[GRAD_COL_TILE + PAD]    # per-column mean and rstd (padded: see run)
+    double r[GRAD_COL_TILE + PAD]
 
 
 cdef inline void cols_of(const Grad* g, Py_ssize_t group, Cols* t) noexcept nogil:
     cdef const Layout* L = g.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
-    cdef Py_ssize_t n_tiles = (vec.size + COL_TILE - 1) // COL_TILE, c, off
+    cdef Py_ssize_t n_tiles = (vec.size + GRAD_COL_TILE - 1) // GRAD_COL_TILE, c, off
     odo_init(&t.outer, L.kept, L.n_kept - 1, group // n_tiles)
-    t.c0 = (group % n_tiles) * COL_TILE
-    t.width = min(<Py_ssize_t>COL_TILE, vec.size - t.c0)
+    t.c0 = (group % n_tiles) * GRAD_COL_TILE
+    t.width = min(<Py_ssize_t>GRAD_COL_TILE, vec.size - t.c0)
     t.slice0 = (group // n_tiles) * vec.size + t.c0
     for c in range(t.width):
         off = t.outer.off[OP_S] + (t.c0 + c) * vec.stride[OP_S]
@@ -1090,10 +1044,10 @@ cdef void cols_fold_group(const Grad* g, Py_ssize_t first) noexcept nogil:
 cdef inline void cols_scale(const Grad* g, Py_ssize_t si, double a, double bb) noexcept nogil:
     """Column si's coefficients of pass 2 from its slice's A and B."""
     cdef Py_ssize_t ns = g.sstride
-    if g.mode == MODE_CENTER:
+    if g.mode == GRAD_CENTER:
         g.sums[si] = a * g.inv_n
         g.sums[ns + si] = bb * g.inv_n
-    elif g.mode == MODE_RMS:
+    elif g.mode == GRAD_RMS:
         g.sums[si] = 0.0
         g.sums[ns + si] = bb * g.inv_n
     else:
@@ -1348,7 +1302,7 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         return -1
     if L.columns:
         g.n_groups = (L.n_slices // L.kept[L.n_kept - 1].size
-                      * ((L.kept[L.n_kept - 1].size + COL_TILE - 1) // COL_TILE))
+                      * ((L.kept[L.n_kept - 1].size + GRAD_COL_TILE - 1) // GRAD_COL_TILE))
         g.sums = <double*>fn_malloc(2 * g.n_blocks * g.sstride * sizeof(double))
         if g.sums == NULL:
             fn_free(g.partial)
@@ -1398,7 +1352,7 @@ cdef inline bint gamma_per_slice(const Grad* g) noexcept nogil:
 
 
 cdef int run_passes(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
-    """run over pieces of the kept axes of at most PASS_GROUPS groups each
+    """run over pieces of the kept axes of at most GRAD_PASS_GROUPS groups each
     (pass_axis, _layout.pxd), for COLUMNS calls with gamma per column: every
     piece's gradients are its own columns' (gamma, dgamma and dbeta moved
     with it).  Many short columns took per-column scratch (48 bytes a
@@ -1412,11 +1366,11 @@ cdef int run_passes(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     cdef int a, rc = 0
     if not (L.columns and g.group == 1 and gamma_per_slice(g)):
         return run(g, nthreads, ki, ko)
-    a = pass_axis(L, COL_TILE, PASS_GROUPS, &step)
+    a = pass_axis(L, GRAD_COL_TILE, GRAD_PASS_GROUPS, &step)
     if a < 0:
         return run(g, nthreads, ki, ko)
     while start < L.kept[a].size and rc == 0:
-        size = piece_size(L, a, start, step, COL_TILE)
+        size = piece_size(L, a, start, step, GRAD_COL_TILE)
         layout_piece(L, &sub, a, start, size)
         piece = g[0]
         piece.L = &sub

@@ -1,15 +1,13 @@
-# Vector primitives (fastnorm_simd.h) and the fused-type adapters that let
+# Vector primitives (simd.h) and the fused-type adapters that let
 # each kernel be written once for float16, float32 and float64 data.
 
-cdef extern from "fastnorm_simd.h" nogil:
+cdef extern from "simd.h" nogil:
     ctypedef struct fn_vd:
         pass
     ctypedef unsigned short half_t "fn_half"
 
     const int FN_W
     const int FN_WF
-    const int FN_NV
-    const int FN_NVC
     const int FN_OPENMP
     const char* FN_COMPILER
     const char* FN_VARIANT_NAME

@@ -1,6 +1,3 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-# cython: initializedcheck=False, nonecheck=False, freethreading_compatible=True
-#
 # The kernels: two access patterns (SLICES, COLUMNS; see _layout.pxd) times
 # four modes, over the one statistics core in _moments.pxd.  This file is
 # compiled once per instruction-set level (fastnorm._kernels_<level>).
@@ -14,20 +11,6 @@
 # cut into blocks whose sizes depend on the shape only, and blocks are merged
 # in a fixed order, so the thread count never changes a bit of the output.
 
-from cython.parallel cimport parallel, prange
-from _scratch cimport FN_KEEP_MIN, fn_calloc, fn_free, fn_malloc
-from libc.string cimport memcpy
-from libc.math cimport sqrt, fabs, NAN
-from libc.float cimport DBL_MAX
-cimport numpy as cnp
-
-from _simd cimport *
-from _moments cimport *
-from _layout cimport *
-from _threads cimport SAME_SPLIT_BYTES, schedule_for
-from _sweep cimport *
-
-cnp.import_array()
 
 cdef enum:
     # The short ways of slices_kernel (0: neither).
@@ -41,145 +24,13 @@ cdef enum:
     MODE_GIVEN = 3
 
 cdef enum:
-    # Values per Welford block along a run: one block is one work item when a
-    # few long slices are split across threads.
-    CHUNK = 4096
-    # Rows per segment of the shifted sums of float16/float32 columns: a
-    # segment's rounding may grow with its length squared (2 n**2 eps of
-    # the column's M2 at worst: 3.7e-9 here), so sums go into moments this
-    # often.
-    SUM_ROWS = 4096
-    # Slices of one contiguous run of SHORT_ROW_MIN values up to
-    # SHORT_ROW_BYTES take the short_rows way: statistics a group of slices
-    # at a time, one vector lane per slice, output of rows that follow each
-    # other as one run.  Against each slice its own way, rows of (32, 100,
-    # 256) float32 values: layer_norm 3.9 -> 2.8, 5.2 -> 2.0, 2.5 -> 1.8x a
-    # copy; float64 rows of 32 and 100: 3.4 -> 2.8, 2.4 -> 1.4x.  float64
-    # rows of 256 (2 KiB) were faster their own way (1.2 against 1.7x).
-    # Rows of 8 to 15 values went the short_slices way until float32 rows
-    # took one look (rows_moments); against it, layer_norm with gain and
-    # bias, 1 thread: float32 rows of 8 13.1 -> 10.8x, 12: 10.2 -> 9.0x,
-    # 15: 9.5 -> 8.0x; float64 rows of 8 5.0 -> 4.7x, 12: 3.9 -> 3.3x;
-    # float16 rows of 8 48 -> 37x; 2 threads: float32 rows of 8 7.3 -> 6.1x.
-    # Their float32 output then went one pass too (a vector may cross two
-    # row ends: fn_normalize_rows_f32): rows of 8 11.3 -> 5.5x, 12: 8.9 ->
-    # 4.5x.
-    SHORT_ROW_MIN = 8
-    SHORT_ROW_BYTES = 1024
-    # Calls whose x is at most CACHED_BYTES (in L2 or L3 here, where an
-    # array just written is) take rows up to CACHED_ROW_BYTES the short_rows
-    # way too: from cache, a row's own way pays its reductions, division and
-    # square root per row, where grouped rows pay them FN_W rows at a time.
-    # layer_norm with gain and bias, float32, one thread, us a call, own
-    # way -> grouped (the output's coefficients held along each row,
-    # fn_rows_f32): (32, 768) 8.35 -> 6.94, (256, 1024) 62.5 -> 49.5,
-    # (512, 1024) 134 -> 101, (1024, 1024) 272 -> 204, (64, 4096) 55.2 ->
-    # 51.4; out of cache the own way fetches ahead and wins (8192, 1024):
-    # 1.13 against 1.81x a copy.  float64 rows take two looks (rows_moments):
-    # (256, 512) 57.3 -> 44.1, (512, 256) 70.4 -> 48.7, but rows of 8 KiB
-    # lost (mean_var (256, 1024) 40.8 -> 52.0 us), so theirs are bounded
-    # lower.  (Not rms_norm: its rows' own way sums squares alone, (256,
-    # 1024) float32 48.0 against 50.6 us.)
-    CACHED_BYTES = 4 << 20
-    CACHED_ROW_BYTES = 16384
-    CACHED_BYTES_F64 = 1 << 20
-    CACHED_ROW_BYTES_F64 = 4096
-    # Their work items hold rows of at most this many bytes (at least FN_W
-    # rows), so that small calls have items for every thread.
-    CACHED_BATCH_BYTES = 32768
-    # Slices of several runs (channels of NCHW images) count as short runs
-    # (short_runs_moments) from this many values per run.
-    SHORT_RUN_MIN = 16
-    # Other slices of one run of at most this many values (rows shorter than
-    # SHORT_ROW_MIN, strided runs) take their statistics FN_W at a time, one
-    # per vector lane, the values copied side by side (short_slices).
-    # float32 rows of 8, 32 and 64 values: layer_norm 36 -> 11x, 11 -> 4.9x
-    # and 6.2 -> 3.6x a copy, mean_var 22 -> 10x at 8; at 128 values the
-    # lanes' Welford chain made mean_var slower (1.8 -> 2.7x).
-    SHORT_SLICE_MAX = 64
-    # Slices per work item of the two short ways.
-    SHORT_BATCH = 256
-    # Columns per tile of the COLUMNS pattern (a statistics item's scratch:
-    # 2 x 2048 doubles).  Wider tiles write rows in fewer pieces: 1024 -> 2048
-    # measured 1.44 -> 1.21x copy for eval batch_norm over (4096, 2048).
-    COL_TILE = 2048
-    # Per-column arrays of a tile start PAD doubles apart from a multiple of
-    # 4 KiB: arrays exactly 4 KiB apart make the CPU's memory disambiguation
-    # see false dependencies between their loads and stores.
-    PAD = 8
-    # Columns per piece of a tile that column_finish folds and finishes
-    # (pieces go to the threads: one tile's finish was a fifth of mean_var
-    # over axis 0 of (256, 1024), on one thread).
-    FINISH_COLS = 256
+    # Layout of the COLUMNS scratch (derived from the tile)
     STATE_STRIDE = 2 * (COL_TILE + PAD)     # doubles per item: mean, m2
     COEF_STRIDE = 3 * (COL_TILE + PAD)      # doubles per group: pivot, shift, scale
     # float32 coefficients per group: mean, scale, rest, each with room to
     # continue periodically for a vector (fn_normalize_periodic_f32).
     WRAP = 32
     COEF32_STRIDE = 3 * (COL_TILE + WRAP)
-    # Rows per block of the COLUMNS pattern are at least this many, and
-    # enough for this many bytes of a tile where that leaves COL_BLOCKS_MIN
-    # blocks for the threads (each block's Welford state, 16 bytes a column,
-    # is zeroed, written and folded: blocks of 64 rows of 1024 float32
-    # columns spent 14% of mean_var on it)...
-    ROW_BLOCK_MIN = 64
-    COL_BLOCK_BYTES = 1 << 20
-    COL_BLOCKS_MIN = 16
-    # ...and blocks times tiles at most this many (bounds the scratch memory).
-    MAX_COL_ITEMS = 128
-    # Groups (tiles of one outer slice) per pass of columns_kernel: a call
-    # with more goes in passes over pieces of its kept axes (columns_passes),
-    # so that its scratch, some 100 KiB a group, stays in kept blocks.
-    MAX_PASS_GROUPS = 32
-    # COLUMNS prefetch the row this many rows ahead when rows are apart in
-    # memory (hardware prefetchers follow only rows that touch)...
-    PREFETCH_ROWS = 4
-    # ...rows of at most this many bytes (longer ones the hardware
-    # prefetchers follow by themselves)...
-    PREFETCH_ROW_MAX = 16384
-    # ...and SLICES prefetch this much of the next slice while normalizing one.
-    PREFETCH_BYTES = 16384
-    # Runs of interleaved slices (channels of NCHW images) go image by image
-    # up to this many bytes; longer ones, slice by slice, stay in L2 between
-    # the two looks at a slice and are long enough for the hardware
-    # prefetchers.  batch_norm, float32, 1 thread, time / a copy, slice by
-    # slice -> image by image: 28x28 images 2.14 -> 1.47, 40x40 2.06 -> 1.61,
-    # 48x48 1.76 -> 1.90, 56x56 1.37 -> 1.79.
-    IMAGE_RUN_BYTES = 8192
-    # Image blocks of the interleaved statistics, at most (their per-slice
-    # moments are folded in order), and the bytes those moments may take.
-    IMAGE_BLOCKS = 32
-    IMAGE_STATE_BYTES = 8 << 20
-    # Bytes of each run that a slice of runs up to IMAGE_RUN_BYTES prefetches
-    # of the next slice's same run, into L2 (longer runs the hardware
-    # prefetchers follow: batch_norm on 56x56 maps measured 5% slower).
-    # batch_norm float64, 1 thread, time / a copy, (64, 512, 14, 14): none
-    # 2.37, 1 KiB into L1 2.56, into L2 2.32, 4 KiB into L2 1.76;
-    # (256, 512, 7, 7): 3.12, 3.15, 3.01, 2.77.
-    RUN_AHEAD_BYTES = 4096
-    # Bytes of rows x tile that column_rows_stats sweeps a strip at a time:
-    # the sweep and the next one, prefetched meanwhile, stay in L2 from one
-    # strip to the next (larger sweeps measured slower: 384 KiB by 2.5x).
-    SWEEP_BYTES = 128 << 10
-    # The output pass goes through a group of OUT_ROWS rows OUT_CHUNK columns
-    # at a time (float64 coefficients: half that): the chunk's coefficients
-    # (3 x 4 KiB) stay in L1 for the group, where a whole wide row's would
-    # not.  Eval batch_norm against whole rows: (2048, 4096) 1.23 -> 1.07x
-    # copy, (1024, 8192) 1.18 -> 1.05x.  (float32; float64 chunks, each
-    # fetching the next, against whole rows: (4096, 4096) 1.22 -> 0.78.)
-    OUT_CHUNK = 1024
-    OUT_ROWS = 8
-    # Rows that follow each other are one run with periodic coefficients
-    # while these take at most this many bytes (float32: 12 a column, every
-    # tile; float64: 32).
-    PERIODIC_BYTES = 24 << 10
-    # Outputs of at least this many bytes are written with non-temporal stores.
-    STREAM_MIN_BYTES = 8 << 20
-    # Below this many elements a call runs on one thread.  Measured (best of
-    # 300 calls, float32, 2 cores): at 2**15 elements two threads were 12-27%
-    # slower than one for layer_norm, batch_norm (N, C), mean_var and the
-    # layer_norm gradient; at 2**16 they were faster for rows (5-17%).
-    PARALLEL_MIN = 1 << 16
 
 MODES = {"stats": MODE_STATS, "center": MODE_CENTER, "rms": MODE_RMS, "given": MODE_GIVEN}
 # Calls of fewer elements run on one thread whatever they are given.
@@ -1242,6 +1093,7 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
     cdef bint quick = (whole and L.stat[0] == NULL
                        and (p.mode == MODE_CENTER or p.mode == MODE_RMS))
     cdef bint done
+    cdef Py_ssize_t n_whole = count   # rows with float32 coefficients (rows_f32)
     cdef const char* x0
     cdef char* y0
     cdef int l, lanes, k
@@ -1309,6 +1161,11 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
                     coefs[j] = finish(m, piv[l], p.mode, p.eps, L, off_s[l])
             if p.rows_f32 and whole:
                 whole = coef_f32(coefs[j], &m32[j], &s32[j], &e32[j])
+                if not whole:
+                    # Rows before this one have their float32 coefficients
+                    # (some of them only those); this one and the rest go
+                    # row by row.
+                    n_whole = j
             elif p.rows_f64:
                 p64[j] = coefs[j].pivot
                 h64[j] = coefs[j].shift
@@ -1317,17 +1174,20 @@ cdef void short_rows(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
     if not p.has_y:
         return
     if in_t is float and out_t is float:
-        if whole:
-            fn_normalize_rows_f32(<const float*>x0, <float*>y0, count, n, p.g32, p.b32,
+        if p.rows_f32 and n_whole > 0:
+            fn_normalize_rows_f32(<const float*>x0, <float*>y0, n_whole, n, p.g32, p.b32,
                                   m32, s32, e32, L.stream)
-            return
+            if whole:
+                return
     if in_t is double and out_t is double:
         if whole:
             fn_normalize_rows_f64(<const double*>x0, <double*>y0, count, n, p.g64, p.b64,
                                   p64, h64, s64, L.stream)
             return
-    odo_init(&s, L.kept, L.n_kept, first)
-    for j in range(count):
+    if not p.rows_f32:
+        n_whole = 0
+    odo_init(&s, L.kept, L.n_kept, first + n_whole)
+    for j in range(n_whole, count):
         normalize_block(p, &s, &r, 0, n, coefs[j], NULL, False, ki, ko)
         odo_next(&s, L.kept, L.n_kept)
 

@@ -1,5 +1,5 @@
 /*
- * fastnorm_simd.h -- the few vector primitives the Cython kernels are written in.
+ * simd.h -- the few vector primitives the Cython kernels are written in.
  *
  * Every kernel accumulates and computes in double.  A vector `fn_vd` holds
  * FN_W doubles; its width follows the instruction set this translation unit
@@ -19,6 +19,8 @@
 #include <string.h>
 #include <math.h>
 
+#include "tuning.h"
+
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
 #define FN_X86 1
@@ -36,16 +38,6 @@
 #define FN_W (FN_VBYTES / 8)
 /* floats per vector (the float32 passes) */
 #define FN_WF (FN_VBYTES / 4)
-/* Independent vector accumulators per Welford run: enough to hide the
- * latency of the sub -> fma chain of one update. */
-#define FN_NV 8
-/* Vectors of columns whose Welford accumulators (and pivots) stay in
- * registers while the COLUMNS pattern sweeps rows: 3 * FN_NVC live vectors. */
-#if FN_VBYTES == 64
-#define FN_NVC 4
-#else
-#define FN_NVC 2
-#endif
 
 #ifndef FN_VARIANT_NAME
 #define FN_VARIANT_NAME "baseline"
@@ -505,9 +497,6 @@ static inline void fn_normalize_vector_f32(const float *x, float *y, const float
 }
 #endif
 
-/* Values ahead of the float32 pass upwards that it fetches (8 KiB). */
-#define FN_AHEAD_F32 2048
-
 static inline void fn_normalize_f32(const float *x, float *y, const float *g, ptrdiff_t g_inc,
                                     const float *b, ptrdiff_t b_inc, ptrdiff_t n,
                                     float m, float s, float e, int stream, int down,
@@ -656,10 +645,6 @@ static inline void fn_row_advance(ptrdiff_t *c, ptrdiff_t *r, ptrdiff_t n, ptrdi
         (*r)++;
     }
 }
-
-/* Rows of at least this many values hold their coefficients (fn_rows_f32;
- * float64 rows from half as many). */
-#define FN_ROWS_HELD 128
 
 /* Rows of n >= FN_WF / 2 values that follow each other in memory (x and
  * y), row r's coefficients m, s, e [r], gamma and beta g, b [c] along the

@@ -23,7 +23,9 @@
 # overflow the sums.  mean_var over rows of (8192, 1024) float32: 0.63 ->
 # 0.51 of a copy; layer_norm 1.39 -> 1.13.
 
-from _simd cimport *
+from simd cimport *
+from plan cimport FN_NV, FN_NVC, ROW_ACCS, STATS_AHEAD
+from fetch cimport ahead_steps, fetch_lines
 
 cdef struct Moments:
     double n       # number of values
@@ -68,47 +70,6 @@ cdef inline fn_vd shifted(fn_vd v, fn_vd pivot, in_t* kind) noexcept nogil:
     if in_t is double:
         return fn_sub(v, pivot)
     return v
-
-
-cdef enum:
-    # Contiguous data is fetched this many bytes ahead of the statistics
-    # loops: left to the hardware prefetchers, one core read (8192, 1024)
-    # float32 at about half its bandwidth (mean_var over rows, one thread,
-    # time / a copy: 1.04 -> 0.64; 4 KiB ahead 0.63, 16 KiB 0.53, but
-    # batch_norm over NCHW 56x56 maps 1.41, 1.51 and 1.69 for 4, 8, 16 KiB).
-    STATS_AHEAD = 8192
-
-
-cdef inline Py_ssize_t ahead_steps(const char* x, Py_ssize_t stride, Py_ssize_t steps,
-                                   Py_ssize_t step_bytes, const char* ahead_end,
-                                   in_t* kind) noexcept nogil:
-    """How many of `steps` steps of step_bytes, from x, may fetch the
-    step_bytes STATS_AHEAD bytes on, all before ahead_end: the end of what
-    the caller knows will be read next (strided data: none)."""
-    cdef const char* first = x + STATS_AHEAD
-    if stride != sizeof(in_t) or ahead_end == NULL or ahead_end <= first:
-        return 0
-    return min(steps, (ahead_end - first) // step_bytes)
-
-
-cdef inline void fetch_lines(const char* p, Py_ssize_t nbytes) noexcept nogil:
-    """Ask for the cache lines of nbytes from p, into L2: on a Xeon with 2
-    MiB of L2 a core, fetching into L1 held up the reads from memory
-    (kernel alone, one thread, time / a copy, fetched into L1 -> into L2:
-    mean_var over the rows of (16384, 4096) float32 1.17-1.22 -> 0.93-0.94,
-    float64 1.09-1.31 -> 0.84, layer_norm 1.93-1.95 -> 1.47-1.49 and
-    1.57-1.76 -> 1.41-1.61; in cache, (8192, 1024), the same within noise;
-    no fetching at all 0.94, 0.87, 1.84 and 1.68; 4 or 16 KiB ahead into L2
-    as 8)."""
-    cdef Py_ssize_t off
-    for off in range(0, nbytes, 64):
-        fn_prefetch_l2(p + off)
-
-
-cdef inline void fetch_ahead_of(const char* p, Py_ssize_t nbytes, const char* end) noexcept nogil:
-    """Fetch the nbytes STATS_AHEAD bytes on from p, those before end."""
-    cdef const char* q = p + STATS_AHEAD
-    fetch_lines(q, min(nbytes, <Py_ssize_t>(end - q)))
 
 
 cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t steps,
@@ -234,11 +195,6 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
         part = scalar_moments(x + i * stride, stride, n - i, pivot, kind)
         moments_merge(&acc, &part)
     return acc
-
-
-cdef enum:
-    # Vectors of sums per long run in rows_moments' deviation pass.
-    ROW_ACCS = 4
 
 
 cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* pivot,

@@ -1,0 +1,172 @@
+/*
+ * tuning.h -- every tuning value of the kernels, with one line of why.
+ *
+ * The planner (plan.pxd) and the schedules read these and nothing else;
+ * the measurements behind each value are in docs/design.md.  Results never
+ * depend on the thread count: the values that cut work into blocks depend
+ * on the shape alone.
+ */
+#ifndef FASTNORM_TUNING_H
+#define FASTNORM_TUNING_H
+
+#include <stddef.h>
+
+/* ---- threads ------------------------------------------------------- */
+/* Calls of fewer values run on one thread: a team's start costs more. */
+#define FN_PARALLEL_MIN (1 << 16)
+/* Calls on x up to this many bytes split their work the same way every
+ * time (static), so each thread finds its part in its own cache. */
+#define FN_SAME_SPLIT_BYTES (4 << 20)
+
+/* ---- vector registers ---------------------------------------------- */
+/* Independent accumulators per Welford run: hide the sub -> fma latency. */
+#define FN_NV 8
+/* Vectors of columns a sweep keeps in registers (3 live vectors each). */
+#if defined(__AVX512F__)
+#define FN_NVC 4
+#else
+#define FN_NVC 2
+#endif
+
+/* ---- statistics ---------------------------------------------------- */
+/* Contiguous statistics fetch this many bytes ahead: one core's reads
+ * from memory need more in flight than the hardware prefetchers keep. */
+#define FN_STATS_AHEAD 8192
+/* Sums per long row of the grouped rows: one chain would run at an
+ * addition's latency a vector. */
+#define FN_ROW_ACCS 4
+/* Values per Welford block along a run: the work item when a few long
+ * slices are split across threads. */
+#define FN_CHUNK 4096
+/* Rows of float16/float32 column sums before they go into moments: a
+ * segment's rounding grows with its length squared. */
+#define FN_SUM_ROWS 4096
+
+/* ---- slices -------------------------------------------------------- */
+/* Rows of at least this many values are grouped, one vector lane a row;
+ * shorter (or strided) slices are copied side by side instead. */
+#define FN_SHORT_ROW_MIN 8
+/* Rows up to this many bytes are grouped when x comes from memory. */
+#define FN_SHORT_ROW_BYTES 1024
+/* Calls on x up to CACHED_BYTES group rows up to CACHED_ROW_BYTES: from
+ * cache, a row's reductions, division and square root cost more than its
+ * values, and grouping pays them once per vector of rows. */
+#define FN_CACHED_BYTES (4 << 20)
+#define FN_CACHED_ROW_BYTES 16384
+/* float64 rows take two looks, so grouping pays for shorter rows only. */
+#define FN_CACHED_BYTES_F64 (1 << 20)
+#define FN_CACHED_ROW_BYTES_F64 4096
+/* Bytes of rows per work item in cache, so small calls feed every thread. */
+#define FN_CACHED_BATCH_BYTES 32768
+/* Slices up to this many values are copied side by side; beyond, the
+ * lanes' Welford chain is slower than a slice at a time. */
+#define FN_SHORT_SLICE_MAX 64
+/* Slices per work item of the grouped ways. */
+#define FN_SHORT_BATCH 256
+/* Runs of several-run slices from this many values take their statistics
+ * a vector of runs at a time. */
+#define FN_SHORT_RUN_MIN 16
+/* Bytes of the next slice a strided slice fetches while it is written. */
+#define FN_PREFETCH_BYTES 16384
+/* Bytes of each run of the next slice that a slice of several runs
+ * fetches: NCHW channels are too many streams for the prefetchers. */
+#define FN_RUN_AHEAD_BYTES 4096
+/* Runs of at least this many bytes hand the next run to the output pass
+ * to fetch; shorter ones would fetch nothing of it. */
+#define FN_HAND_ON_BYTES 4096
+/* Values ahead of the float32 output pass of several-run slices. */
+#define FN_AHEAD_F32 2048
+
+/* ---- images (slices whose runs interleave: NCHW channels) ---------- */
+/* Runs up to this many bytes go image by image; longer ones slice by
+ * slice, which stays in L2 between the slice's two looks. */
+#define FN_IMAGE_RUN_BYTES 8192
+/* Image blocks of the statistics at most, and the bytes their per-slice
+ * moments may take. */
+#define FN_IMAGE_BLOCKS 32
+#define FN_IMAGE_STATE_BYTES (8 << 20)
+
+/* ---- columns ------------------------------------------------------- */
+/* Columns per tile of the forward pass: wider tiles write rows in fewer
+ * pieces. */
+#define FN_COL_TILE 2048
+/* Columns per tile of the gradients, whose tile state lives on the stack. */
+#define FN_GRAD_COL_TILE 1024
+/* Doubles between arrays placed side by side: arrays 4 KiB apart make the
+ * CPU see false dependencies between their loads and stores. */
+#define FN_PAD 8
+/* Columns per piece of a tile's finish, so that the threads share it. */
+#define FN_FINISH_COLS 256
+/* Row blocks of the column statistics: at least ROW_BLOCK_MIN rows and
+ * COL_BLOCK_BYTES of a tile where that leaves COL_BLOCKS_MIN blocks (each
+ * block's state is zeroed, written and folded), and blocks times tiles at
+ * most MAX_COL_ITEMS (the scratch memory). */
+#define FN_ROW_BLOCK_MIN 64
+#define FN_COL_BLOCK_BYTES (1 << 20)
+#define FN_COL_BLOCKS_MIN 16
+#define FN_MAX_COL_ITEMS 128
+/* Groups (tiles of one outer index) per pass, so that a pass's scratch
+ * stays within the kept blocks (scratch.h). */
+#define FN_MAX_PASS_GROUPS 32
+#define FN_GRAD_PASS_GROUPS 16
+/* Rows apart in memory are fetched this many rows ahead, rows up to
+ * PREFETCH_ROW_MAX bytes (longer ones train the hardware prefetchers). */
+#define FN_PREFETCH_ROWS 4
+#define FN_PREFETCH_ROW_MAX 16384
+/* Rows x tile bytes of a sweep: the sweep and the next, fetched meanwhile,
+ * stay in L2 from one strip to the next. */
+#define FN_SWEEP_BYTES (128 << 10)
+/* The output goes OUT_ROWS rows at a time, OUT_CHUNK columns at a time
+ * (float64 coefficients: half): the chunk's coefficients stay in L1. */
+#define FN_OUT_CHUNK 1024
+#define FN_OUT_ROWS 8
+/* float64 rows that follow each other are one run with periodic
+ * coefficients while those take at most this many bytes (L1). */
+#define FN_PERIODIC_BYTES (24 << 10)
+/* Rows of at least this many values hold their coefficients along the row
+ * (float64: half); shorter ones pay the held loop's set-up per row. */
+#define FN_ROWS_HELD 128
+
+/* ---- small maps as columns (NCHW with a few values per run) -------- */
+/* Values per run up to which a channel's runs are taken as columns of the
+ * (N, C * H * W) matrix: run by run they cost more than their values. */
+#define FN_INNER_MAX 100
+/* Bytes of x per column, at least. */
+#define FN_MIN_COLUMN_BYTES 128
+/* Per-column arrays (bytes a column) may take an eighth of x, or
+ * COLUMN_ARRAYS_MAX whatever x's size. */
+#define FN_FORWARD_COLUMN_BYTES 48
+#define FN_GRADIENT_COLUMN_BYTES 88
+#define FN_COLUMN_ARRAYS_MAX (8 << 20)
+/* From this many values per run the image order is faster than the
+ * columns for the output and the gradients. */
+#define FN_IMAGES_INNER_MIN 16
+
+/* ---- gradients ----------------------------------------------------- */
+/* Parameter-sum blocks at most, and the memory they may take. */
+#define FN_MAX_BLOCKS 64
+#define FN_MAX_PARTIAL_BYTES (32 << 20)
+/* Bytes of x in a block of slices, at least: its partial sums cost a
+ * fraction of reading it. */
+#define FN_SLICE_BLOCK_BYTES (256 << 10)
+#define FN_ROWS_PER_BLOCK_MIN 64
+/* Rows whose parameter sums share one pass over the partial buffers. */
+#define FN_GRAD_ROWS 4
+/* Entries of gamma copied to float32 at most. */
+#define FN_G32_MAX (1 << 20)
+/* Columns per work item of the folds and coefficients. */
+#define FN_FOLD_CHUNK 4096
+
+/* ---- output -------------------------------------------------------- */
+/* Outputs of at least this many bytes are written around the caches. */
+#define FN_STREAM_MIN_BYTES (8 << 20)
+
+/* ---- scratch memory (scratch.h) ------------------------------------ */
+/* Blocks of at least KEEP_MIN bytes that a call frees are kept for the
+ * next call, KEEP_BLOCKS of them and KEEP_BYTES in all: fresh pages
+ * fault on every call. */
+#define FN_KEEP_MIN ((size_t)64 << 10)
+#define FN_KEEP_BLOCKS 8
+#define FN_KEEP_BYTES ((size_t)16 << 20)
+
+#endif /* FASTNORM_TUNING_H */
