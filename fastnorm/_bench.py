@@ -465,21 +465,20 @@ COLUMNS = [
 ]
 
 
-def format_table(rows, columns=COLUMNS, lead=2):
-    """One line per row under (header, width, format) columns, the first
-    two left-aligned; a row with an "error" shows its first `lead` cells
-    and the error instead."""
+def format_table(rows):
+    """One line per row under COLUMNS, the first two left-aligned; a row
+    with an "error" shows its case and shape and the error instead."""
     def cells(r, cols):
         return [c.rjust(w) if i > 1 else c.ljust(w)
                 for i, (c, (_, w, _)) in enumerate(zip([f(r) for _, _, f in cols], cols))]
 
-    out = [" ".join(cells(None, [(h, w, lambda _, h=h: h) for h, w, _ in columns])).rstrip(),
-           " ".join("-" * w for _, w, _ in columns)]
+    out = [" ".join(cells(None, [(h, w, lambda _, h=h: h) for h, w, _ in COLUMNS])).rstrip(),
+           " ".join("-" * w for _, w, _ in COLUMNS)]
     for r in rows:
         if "error" in r:
-            out.append(" ".join(cells(r, columns[:lead])) + f" FAILED: {r['error']}")
+            out.append(" ".join(cells(r, COLUMNS[:2])) + f" FAILED: {r['error']}")
         else:
-            out.append(" ".join(cells(r, columns)).rstrip())
+            out.append(" ".join(cells(r, COLUMNS)).rstrip())
     return "\n".join(out)
 
 
