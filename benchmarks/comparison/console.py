@@ -1,8 +1,9 @@
 """What the comparison prints besides its numbers: a progress bar on stderr,
 text tables, the machine's load.
 
-The same helpers as in fastnorm/_bench.py (``python -m fastnorm``), kept
-here because the comparison imports nothing private from fastnorm.
+Progress and load_average are copies of those in fastnorm/_bench.py
+(``python -m fastnorm``), format_table the form of its own that takes the
+columns: the comparison imports nothing private from fastnorm.
 """
 import os
 import sys
