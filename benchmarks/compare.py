@@ -1,4 +1,4 @@
-"""The full comparison in one command (the same as ``python -m fastnorm --full``):
+"""The full comparison in one command, from the repository root:
 
     python benchmarks/compare.py [--json PATH] [--quick] [--only TEXT] ...
 
@@ -6,15 +6,24 @@ Every row of the performance goal: fastnorm against a copy of the same bytes
 with 1 and 2 threads, against the NumPy code a user would write and, where
 installed (``pip install '.[compare]'``), against PyTorch, ONNX Runtime and
 JAX; then the peak memory of every public call.  ``--help`` lists the options.
+It measures the fastnorm installed in the Python that runs it; the code is
+the package ``comparison`` beside this file.
 
 Not an asv benchmark: asv imports this module and finds nothing to time.
 """
+import os
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main(argv=None):
-    # Imported here: asv imports this file on commits that predate the module.
-    from fastnorm._compare import main as compare
+    # The package beside this file, also under ``python -I`` (which leaves the
+    # script's folder off sys.path); imported here, not when asv imports
+    # this module as benchmarks.compare.
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    from comparison import main as compare
     return compare(argv)
 
 

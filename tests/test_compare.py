@@ -1,20 +1,35 @@
-"""The full comparison (python -m fastnorm --full): its NumPy code computes
+"""The full comparison (python benchmarks/compare.py): its NumPy code computes
 what fastnorm computes, its copy yardstick copies, and a quick run prints
-every table and writes its JSON, with or without the other libraries."""
+every table and writes its JSON, with or without the other libraries; and
+python -m fastnorm, which no longer runs it, says where it is."""
+import importlib
+import inspect
 import json
 import os
+import pkgutil
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from fastnorm._compare import cases, fastnorm_calls, numpy_code
-from fastnorm._compare.agree import agrees, as_tuple, disagreement
-from fastnorm._compare.inputs import make_inputs
-from fastnorm._compare.yardstick import allocating_copy, copy_into, read_once
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+BENCHMARKS = os.path.join(os.path.dirname(HERE), "benchmarks")
+COMPARE = os.path.join(BENCHMARKS, "compare.py")
+if not os.path.isfile(COMPARE):
+    pytest.skip("benchmarks/ is not here (an sdist leaves it out)", allow_module_level=True)
+
+# The comparison's package, benchmarks/comparison, as compare.py imports it.
+sys.path.insert(0, BENCHMARKS)
+try:
+    import comparison
+    from comparison import cases, fastnorm_calls, numpy_code
+    from comparison.agree import agrees, as_tuple, disagreement
+    from comparison.inputs import make_inputs
+    from comparison.yardstick import allocating_copy, copy_into, read_once
+finally:
+    sys.path.remove(BENCHMARKS)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -58,7 +73,7 @@ def test_disagreement_is_relative_and_catches_nan():
 def test_quick_run_prints_every_table(tmp_path):
     out = tmp_path / "rows.json"
     p = subprocess.run(
-        [sys.executable, "-m", "fastnorm", "--full", "--quick", "--no-rss",
+        [sys.executable, "-I", COMPARE, "--quick", "--no-rss",
          "--only", "layer_norm rows", "--only", "mean_var columns", "--dtype", "float32",
          "--without", "torch", "--without", "onnxruntime", "--without", "jax",
          "--json", str(out)],
@@ -82,3 +97,45 @@ def test_quick_run_prints_every_table(tmp_path):
             assert floor > 0 and (floor == 1.0 if reads == 0 else copies == 0), (n, floor)
         if not r["allocating"]:
             assert r["numpy_ms"] > 0 and not r["skipped"]
+
+
+def test_python_m_fastnorm_points_to_the_comparison():
+    p = subprocess.run([sys.executable, "-I", "-m", "fastnorm", "--full", "--quick"],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert p.returncode != 0
+    assert "benchmarks/compare.py" in p.stderr and not p.stdout
+
+
+
+# asv imports every module under benchmarks/ and takes these names, at module
+# level or in a class, for benchmarks (asv_runner's benchmark types).
+ASV_NAMES = re.compile(r"^((Time|Timeraw|Track|Mem|PeakMem)[A-Z_].+|"
+                       r"(time|timeraw|track|mem|peakmem)_.+)$")
+
+
+def test_asv_finds_no_benchmark_in_the_comparison():
+    found = []
+    for info in pkgutil.iter_modules(comparison.__path__, "comparison."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if name.startswith("_"):
+                continue
+            if inspect.isfunction(value) and ASV_NAMES.match(name):
+                found.append(f"{info.name}.{name}")
+            elif inspect.isclass(value):
+                found += [f"{info.name}.{name}.{m}" for m, _ in inspect.getmembers(value)
+                          if ASV_NAMES.match(m)]
+    assert not found
+
+
+def test_importing_the_comparison_loads_no_other_library(run_python):
+    # asv imports every module, also where PyTorch, ONNX Runtime and JAX are
+    # not installed: each is imported only when the comparison runs.
+    p = run_python("import importlib, pkgutil, sys\n"
+                   f"sys.path.insert(0, {BENCHMARKS!r})\n"
+                   "import comparison\n"
+                   "for i in pkgutil.iter_modules(comparison.__path__, 'comparison.'):\n"
+                   "    importlib.import_module(i.name)\n"
+                   "print(sorted({'torch', 'onnxruntime', 'onnx', 'jax'} & set(sys.modules)))")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["[]"]

@@ -78,6 +78,26 @@ def test_benchmarks_cover_every_public_function():
     assert not missing, f"public functions without an entry in benchmarks/_cases.py: {missing}"
 
 
+def test_the_full_comparison_is_not_in_the_package():
+    # It lives in benchmarks/ (python benchmarks/compare.py); the wheel ships
+    # the fastnorm folder, python -m fastnorm's short benchmark included.
+    tomllib = pytest.importorskip("tomllib")
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["tool"]["scikit-build"]["wheel"]["packages"] == ["fastnorm"]
+    package = os.path.join(ROOT, "fastnorm")
+    assert os.path.isfile(os.path.join(package, "_bench.py"))
+    left = [os.path.join(d, f) for d, _, files in os.walk(os.path.join(package, "_compare"))
+            for f in files if f.endswith(".py")]
+    assert not left, left
+
+
+def _wheel_names(p):
+    """The files in the manylinux wheel that build_wheel.sh reports."""
+    import zipfile
+    path = re.search(r"manylinux wheel: (\S+\.whl)", p.stdout).group(1)
+    return zipfile.ZipFile(path).namelist()
+
+
 def _asv_conf():
     text = open(_need("asv.conf.json")).read()
     # asv reads the file as JSON5; whole-line // comments are all it uses
@@ -139,6 +159,10 @@ def test_wheel_script_builds_a_manylinux_wheel_that_works_alone():
     assert p.returncode == 0, _tail(p)
     assert "smoke test passed" in p.stdout
     assert re.search(r"manylinux wheel: \S+manylinux_\d+_\d+_\w+\.whl", p.stdout), _tail(p)
+    names = _wheel_names(p)
+    assert "fastnorm/_bench.py" in names and "fastnorm/__main__.py" in names
+    # the full comparison is benchmarks/compare.py, not part of the wheel
+    assert not [n for n in names if n.startswith(("fastnorm/_compare", "benchmarks/"))]
 
 
 @building
@@ -147,3 +171,5 @@ def test_sdist_has_what_a_build_needs_and_builds():
     p = _run(["bash", _need("scripts/check_sdist.sh")], timeout=1800)
     assert p.returncode == 0, _tail(p)
     assert "smoke test passed" in p.stdout
+    # the listing of its contents: no full comparison (benchmarks/ is excluded)
+    assert not re.search(r"^\s+(fastnorm/_compare|benchmarks)/", p.stdout, re.M), _tail(p)

@@ -22,6 +22,7 @@ import sys
 import numpy as np
 
 import fastnorm
+from .console import Progress
 from .inputs import EPS, GROUPS, make_x
 
 # name: (function, layout of the input, arguments).  x's shape is chosen
@@ -173,7 +174,6 @@ EXTRA_LIMIT = 8 << 20   # "a few MB" beyond the output
 def report(nbytes=256 << 20, names=None):
     """The records of every call of CALLS (or `names`), each measured in a
     fresh process (a progress bar on stderr)."""
-    from .._bench import Progress
     names = list(names or CALLS)
     progress, records = Progress(len(names)), []
     try:

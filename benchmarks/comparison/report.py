@@ -1,6 +1,6 @@
 """The printed tables: one line per row (case x dtype) in each."""
-from .._bench import format_table
 from . import peak_rss
+from .console import format_table
 from .measure import THREADS
 from .rivals import NOTES
 

@@ -1,9 +1,13 @@
-"""The comparison run by ``python -m fastnorm --full`` and
-``benchmarks/compare.py``: every row of the performance goal, fastnorm
-against a copy of the same bytes with 1 and 2 threads (and a read of them,
-for each row's floor), against the NumPy code a user would write and, where
-installed, against PyTorch, ONNX Runtime and JAX; then the peak memory of
-every public call.
+"""The full comparison, run by ``python benchmarks/compare.py``: every row
+of the performance goal, fastnorm against a copy of the same bytes with 1
+and 2 threads (and a read of them, for each row's floor), against the NumPy
+code a user would write and, where installed, against PyTorch, ONNX Runtime
+and JAX; then the peak memory of every public call.
+
+It is not part of the installed package: it measures an installed fastnorm
+through its public functions alone.  asv imports every module here while
+looking for benchmarks, so none imports the other libraries at import time
+and none defines a name asv would take for a benchmark.
 
 One job per module:
 
@@ -18,6 +22,7 @@ One job per module:
 * measure: one row of each kind, measured
 * report: the tables
 * peak_rss: peak memory of each call in a fresh process
+* console: the progress bar, the text tables' layout, the load average
 * cli: the command line
 """
 from .cli import main

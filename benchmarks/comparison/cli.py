@@ -1,6 +1,5 @@
-"""``python -m fastnorm --full`` (and ``benchmarks/compare.py``): every row
-of the performance goal in one run, printed as tables, optionally saved as
-JSON."""
+"""``python benchmarks/compare.py``: every row of the performance goal in
+one run, printed as tables, optionally saved as JSON."""
 import argparse
 import json
 import os
@@ -11,8 +10,8 @@ import time
 import numpy as np
 
 import fastnorm
-from .. import _bench
 from . import cases, measure, peak_rss, report, rivals
+from .console import Progress, load_average
 from .timing import Budget
 
 RIVALS = ("torch", "onnxruntime", "jax")
@@ -30,12 +29,11 @@ QUICK_SHRINK = 16
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="python -m fastnorm --full",
+        prog="python benchmarks/compare.py",
         description="Measure every row of fastnorm's performance goal: against a copy "
                     "of the same bytes with 1 and 2 threads, against the NumPy code a "
                     "user would write and, where installed, against PyTorch, ONNX "
                     "Runtime and JAX; then the peak memory of every public call.")
-    p.add_argument("--full", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true",
                    help="small arrays, few repetitions: checks that everything runs")
     p.add_argument("--json", metavar="PATH", help="also write every row to PATH as JSON")
@@ -67,7 +65,7 @@ def _versions(loaded, missing):
 
 
 def _machine_lines(load_before):
-    load, cpus = _bench.load_average(), os.cpu_count() or 1
+    load, cpus = load_average(), os.cpu_count() or 1
     if load is None or load_before is None:
         return [f"machine: {cpus} CPUs"]
     lines = [f"machine: {cpus} CPUs, load average {load_before:.2f} before, "
@@ -99,7 +97,7 @@ def _plan(args):
 def run_rows(plan, loaded, quick):
     """Every planned row; a row that fails gives an error row instead of
     ending the run."""
-    progress = _bench.Progress(len(plan))
+    progress = Progress(len(plan))
     rows = []
     try:
         for seed, (kind, case, dtype) in enumerate(plan):
@@ -126,7 +124,7 @@ def run_rows(plan, loaded, quick):
 def main(argv=None):
     args = parse_args(argv)
     start = time.perf_counter()
-    load_before = _bench.load_average()
+    load_before = load_average()
     fastnorm.show_config()
     sys.stdout.flush()
     rows, loaded, missing, rss = [], [], {}, None
