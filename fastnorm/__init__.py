@@ -17,6 +17,7 @@ from ._family import group_norm, instance_norm, weight_norm, weight_standardize
 from ._grad import (batch_norm_backward, group_norm_backward, layer_norm_backward,
                     rms_norm_backward)
 from ._config import get_num_threads, set_num_threads, show_config
+from ._explain import explain
 
 __all__ = [
     "__version__",
@@ -35,4 +36,12 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "show_config",
+    "explain",
 ]
+
+
+def _public_functions():
+    """The functions explain() describes."""
+    return (mean_var, layer_norm, rms_norm, batch_norm, group_norm, instance_norm,
+            weight_norm, weight_standardize, layer_norm_backward, rms_norm_backward,
+            batch_norm_backward, group_norm_backward)

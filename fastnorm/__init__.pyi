@@ -1,4 +1,4 @@
-from typing import Literal, overload
+from typing import Any, Callable, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
@@ -208,6 +208,8 @@ def get_num_threads() -> int: ...
 def set_num_threads(n: int | None) -> None: ...
 def show_config() -> None: ...
 
+def explain(func: Callable[..., object], *args: object, **kwargs: object) -> dict[str, Any]: ...
+
 __all__ = [
     "__version__",
     "mean_var",
@@ -225,4 +227,5 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "show_config",
+    "explain",
 ]

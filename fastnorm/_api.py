@@ -7,12 +7,15 @@ import numpy as np
 from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps, check_out,
                     check_training, keepdims_shape, param, result_dtypes, running_stat,
                     split_out)
-from ._quick import batch_norm_call, last_axis, mean_var_last_axis
+from . import _dispatch
 from ._run import deliver, kernel_stats, normalize
 from ._running import running_rstd, update_running
 from ._route import any_dask, via_dask
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
+
+_CENTER = _dispatch.kernels.MODES["center"]
+_RMS = _dispatch.kernels.MODES["rms"]
 
 
 def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
@@ -57,10 +60,9 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     >>> v
     array([1.25, 1.25, 1.25])
     """
-    if out is None and dtype is None:
-        quick = mean_var_last_axis(x, axis, ddof, keepdims)
-        if quick is not None:
-            return quick
+    fast = _dispatch.kernels.fast_mean_var(x, axis, ddof, keepdims, dtype, out)
+    if fast is not None:
+        return fast
     if any_dask(x):
         return via_dask(mean_var, locals())
     x = as_input(x)
@@ -143,10 +145,9 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     array([[-1.2247,  0.    ,  1.2247],
            [-0.7071, -0.7071,  1.4142]])
     """
-    if dtype is None and not return_stats:
-        y = last_axis(x, axis, "center", eps, gamma, beta, out)
-        if y is not None:
-            return y
+    y = _dispatch.kernels.fast_norm(_CENTER, x, gamma, beta, axis, eps, out, dtype, return_stats)
+    if y is not None:
+        return y
     if any_dask(x, gamma, beta):
         return via_dask(layer_norm, locals())
     x = as_input(x)
@@ -196,10 +197,9 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
     array([0.8485, 1.1314])
     """
-    if dtype is None and not return_stats:
-        y = last_axis(x, axis, "rms", eps, gamma, None, out)
-        if y is not None:
-            return y
+    y = _dispatch.kernels.fast_norm(_RMS, x, gamma, None, axis, eps, out, dtype, return_stats)
+    if y is not None:
+        return y
     if any_dask(x, gamma):
         return via_dask(rms_norm, locals())
     x = as_input(x)
@@ -277,11 +277,10 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     >>> rm, rv
     (array([0.2, 2. ]), array([ 1.1, 20.9]))
     """
-    if dtype is None and not return_stats:
-        y = batch_norm_call(x, gamma, beta, running_mean, running_var, training, momentum,
-                            eps, axis, out)
-        if y is not None:
-            return y
+    y = _dispatch.kernels.fast_batch_norm(x, gamma, beta, running_mean, running_var, training,
+                                          momentum, eps, axis, out, dtype, return_stats)
+    if y is not None:
+        return y
     if any_dask(x, gamma, beta, running_mean, running_var):
         return via_dask(batch_norm, locals())
     x = as_input(x)

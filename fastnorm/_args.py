@@ -10,6 +10,7 @@ import numpy as np
 from numpy.exceptions import AxisError
 
 from . import _dispatch
+from ._explain import copied
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _F64 = np.dtype(np.float64)
@@ -34,6 +35,7 @@ def as_input(x, name="x"):
     a = np.asarray(x)
     dt = a.dtype
     if dt.kind in "iub":
+        copied(f"{name}: {dt} converted to float64")
         return a.astype(np.float64)
     if dt.kind != "f":
         raise TypeError(f"{name} has dtype {dt}; fastnorm needs real numbers "
@@ -42,7 +44,10 @@ def as_input(x, name="x"):
         raise TypeError(f"{name} has dtype {dt}; fastnorm computes in float16, "
                         "float32 or float64 (convert it first)")
     if not dt.isnative or not a.flags.aligned:
+        copied(f"{name}: copied to aligned native {dt.newbyteorder('=')}")
         a = np.array(a, dtype=dt.newbyteorder("="), order="K")
+    elif not isinstance(x, np.ndarray):
+        copied(f"{name}: {type(x).__name__} converted to an ndarray")
     return a
 
 
@@ -290,6 +295,7 @@ def writable_target(out, x, dtype):
                   and out.strides == x.strides and out.dtype.itemsize == x.dtype.itemsize)
     if direct:
         return out, None
+    copied("out: written through a temporary, then copied in")
     return np.empty_like(x, dtype=dtype.newbyteorder("=")), out
 
 
@@ -297,6 +303,7 @@ def detach(p, out):
     """A parameter that shares memory with the output is copied first, so
     that writing the output cannot change it mid-call."""
     if p is not None and out is not None and np.may_share_memory(p, out):
+        copied("a parameter that shares memory with out: copied first")
         return p.copy()
     return p
 

@@ -11,14 +11,17 @@ import math
 
 import numpy as np
 
-from . import _dispatch, _regroup
+from . import _dispatch
 from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
                     check_param_shape, detach, keepdims_shape, reduced_mask, split_out,
                     writable_target)
 from ._config import team_size
 from ._family import Groups
-from ._quick import rows_backward
 from ._route import any_dask, via_dask
+from . import _explain
+
+_CENTER = _dispatch.kernels.GRAD_MODES["center"]
+_RMS = _dispatch.kernels.GRAD_MODES["rms"]
 
 
 def _pair(dy, x):
@@ -30,6 +33,9 @@ def _pair(dy, x):
     dt = np.promote_types(x.dtype, dy.dtype)
     if dt not in FLOAT_DTYPES:
         dt = np.dtype(np.float64)
+    for a, name in ((dy, "dy"), (x, "x")):
+        if a.dtype != dt:
+            _explain.copied(f"{name}: {a.dtype} converted to {dt}")
     return dy.astype(dt, copy=False), x.astype(dt, copy=False)
 
 
@@ -78,6 +84,7 @@ def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
     dx, final = writable_target(dx_out, x, x.dtype)
     if final is None and dx_out is not None and (np.may_share_memory(dx, dy)
                                                  and dx is not dy):
+        _explain.copied("out: written through a temporary, then copied in")
         dx, final = np.empty_like(x), dx_out  # dx overlaps dy other than exactly
     # Inputs that share memory with dx are read from copies: dx is written
     # while they are read.
@@ -89,13 +96,13 @@ def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
         # still the caller's out).
         dgamma.fill(0.0)
         dbeta.fill(0.0)
-    elif (regrouped := _regroup.plan_backward(x, axes, dy, dx, gamma)) is not None:
-        _regroup.run_backward(dy, x, dx, regrouped, mode, gamma=gamma, mean=mean, rstd=rstd,
-                              dgamma=dgamma, dbeta=dbeta, fresh=fresh)
     else:
-        k = _dispatch.backward
-        k.backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
-                   k.GRAD_MODES[mode], team_size(), fresh=fresh)
+        k = _dispatch.kernels
+        args = (dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
+                k.GRAD_MODES[mode], team_size(), fresh)
+        if _explain.explaining and _explain.active():
+            _explain.kernel(k.explain_backward(*args))
+        k.backward(*args)
     if final is not None:
         np.copyto(final, dx)
         dx = final
@@ -180,9 +187,9 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     >>> np.abs(dx).max() < 1e-15, dbeta
     (np.True_, array([1., 1., 1.]))
     """
-    quick = rows_backward(dy, x, mean, rstd, gamma, axis, "center", out, 3)
-    if quick is not None:
-        return quick
+    fast = _dispatch.kernels.fast_norm_backward(_CENTER, dy, x, mean, rstd, gamma, axis, out, 3)
+    if fast is not None:
+        return fast
     if any_dask(dy, x, mean, rstd, gamma):
         return via_dask(layer_norm_backward, locals())
     dy, x = _pair(dy, x)
@@ -210,9 +217,9 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None):
     >>> dx.round(4), dgamma.round(4)
     (array([[ 0.181 , -0.1358]]), array([0.8485, 0.    ]))
     """
-    quick = rows_backward(dy, x, None, rstd, gamma, axis, "rms", out, 2)
-    if quick is not None:
-        return quick
+    fast = _dispatch.kernels.fast_norm_backward(_RMS, dy, x, None, rstd, gamma, axis, out, 2)
+    if fast is not None:
+        return fast
     if any_dask(dy, x, rstd, gamma):
         return via_dask(rms_norm_backward, locals())
     dy, x = _pair(dy, x)

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from . import _dispatch, _regroup
+from . import _dispatch, _explain
 from ._args import (check_out, detach, keepdims_shape, reduced_mask, result_dtypes,
                     split_out, warn_empty, writable_target)
 from ._config import team_size
@@ -21,11 +21,9 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     allocated (the kernels write fresh pages in the order they fault
     cheapest)."""
     shape = keepdims_shape(x.shape, axes)
-    regrouped = _regroup.plan(x, axes, mode, gamma, beta, y) if x.size else None
     if given is not None:
         s0, s1 = given
-    elif want_stats or want_var or regrouped is not None or x.size == 0:
-        # (A regrouped call hands the kernels its merged statistics.)
+    elif want_stats or want_var or x.size == 0:
         s0, s1 = np.empty(shape), np.empty(shape)
     else:
         # Not even allocated: one statistic per slice is an eighth of x's
@@ -40,13 +38,11 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
                 if s is not None:
                     s.fill(np.nan)
         return s0, s1, s2
-    if regrouped is not None:
-        _regroup.run(x, regrouped, mode, keep=shape, reduced=reduced_mask(axes, x.ndim),
-                     eps=eps, gamma=gamma, beta=beta, y=y, s0=s0, s1=s1, s2=s2, given=given)
-        return s0, s1, s2
     k = _dispatch.kernels
-    k.normalize(x, y, gamma, beta, s0, s1, s2, reduced_mask(axes, x.ndim),
-                k.MODES[mode], eps, team_size(), fresh)
+    mask, m, threads = reduced_mask(axes, x.ndim), k.MODES[mode], team_size()
+    if _explain.explaining and _explain.active():
+        _explain.kernel(k.explain_forward(x, y, gamma, beta, s0, s1, s2, mask, m, threads, fresh))
+    k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh)
     return s0, s1, s2
 
 

@@ -300,6 +300,22 @@ def ulps(a, b):
     return int(d.max()) if d.size else 0
 
 
+def scaled_ulps(a, b):
+    """The largest difference in units in the last place of the array's
+    largest finite magnitude: what a value near zero that came out of a
+    cancellation can be asked to carry."""
+    if a.dtype.kind != "f":
+        return 0 if np.array_equal(a, b) else float("inf")
+    both = np.isfinite(a) & np.isfinite(b)
+    if not both.any():
+        return 0.0
+    top = np.abs(a[both]).max()
+    unit = np.spacing(a.dtype.type(top)) if top > 0 else np.finfo(a.dtype).tiny
+    with np.errstate(over="ignore"):
+        diff = np.abs(a[both].astype(np.float64) - b[both].astype(np.float64))
+    return float(diff.max() / float(unit))
+
+
 def compare(a_dir, b_dir):
     with open(os.path.join(a_dir, "index.json")) as f:
         a = json.load(f)["results"]
@@ -315,13 +331,14 @@ def compare(a_dir, b_dir):
         x = np.load(os.path.join(a_dir, name + ".npy"))
         y = np.load(os.path.join(b_dir, name + ".npy"))
         if x.shape != y.shape or x.dtype != y.dtype:
-            d = float("inf")
+            d = scaled = float("inf")
         else:
-            d = ulps(x, y)
+            d, scaled = ulps(x, y), scaled_ulps(x, y)
         differ += 1
         route = name.rsplit("-t", 1)[0]
-        worst[route] = max(worst.get(route, 0), d)
-        print(f"differs: {name}  {x.dtype}  largest difference {d} ulp")
+        worst[route] = max(worst.get(route, 0), scaled)
+        print(f"differs: {name}  {x.dtype}  largest difference {d} ulp, "
+              f"{scaled:.3g} ulp of the largest value")
     print(f"\n{same} results the same bits, {differ} differ, {len(missing)} in one folder only")
     for name in missing:
         print(f"only in one: {name}")

@@ -1,24 +1,25 @@
-# Gradients of the normalizers, on the planner (_layout.pxd) and the vector
-# primitives of the forward kernels; compiled once per instruction-set level
-# (fastnorm._backward_<level>).  For a slice with mean m, rstd r and n values,
-# xhat = (x - m) * r and gd = dy * gamma:
+# The gradients' schedules, on the same patterns as the forward ones
+# (plan.pxd).  For a slice with mean m, rstd r and n values, xhat = (x - m) r
+# and gd = dy gamma (the modes are plan.pxd's):
 #
-#   GRAD_CENTER  dx = r * (gd - A/n - xhat * B/n),  A = sum(gd), B = sum(gd * xhat)
+#   GRAD_CENTER  dx = r (gd - A/n - xhat B/n),  A = sum(gd), B = sum(gd xhat)
 #   GRAD_RMS     the same with m = 0 and A = 0
-#   GRAD_SCALE   dx = r * gd                        (batch norm in eval mode)
+#   GRAD_SCALE   dx = r gd                        (batch norm in eval mode)
 #
-# and for every entry p of gamma: dgamma[p] = sum(dy * xhat), dbeta[p] =
+# and for every entry p of gamma: dgamma[p] = sum(dy xhat), dbeta[p] =
 # sum(dy), over the elements that read gamma[p].
 #
-# Operands: x (OP_X), dy (OP_DY), dx (OP_DX), gamma (OP_G), mean and rstd
-# (OP_S).  The parameter sums go to per-block partial buffers laid out like
-# gamma (so OP_G's offsets address them), and are added up in block order:
-# blocks depend on the shape alone, so the thread count never changes a bit.
+# Operands: x (OP_X), dy (the bias slot, OP_DY), dx (the output slot,
+# OP_DX), gamma (OP_G), mean and rstd (OP_S).  The parameter sums go to
+# per-block partial buffers laid out like gamma (so OP_G's offsets address
+# them), and are added up in block order: blocks depend on the shape alone,
+# so the thread count never changes a bit.
 #
 # Pass 1 reads (dy, x) for the per-slice sums A, B and the parameter sums;
-# pass 2 reads them again (from cache, for a slice that fits) and writes dx,
-# for float32 data (and float64 columns) from coefficients folded once per
-# slice: dx = dy * (gamma r) + (x - m) * k2 + k0.
+# pass 2 reads them again (from cache, for a slice that fits) and writes dx
+# with the output pass (apply.h) from coefficients folded once per slice
+# (coefs.pxd): dx = dy k1 + (x - m) k2 + k0.  Where folding would overflow
+# (rstd**2), dx is written unfolded, value by value.
 
 
 cdef enum:
@@ -26,21 +27,16 @@ cdef enum:
     OP_DX = OP_Y      # ...and its output slot dx
 
 cdef enum:
-    GRAD_CENTER = 0
-    GRAD_RMS = 1
-    GRAD_SCALE = 2
-
-cdef enum:
     PAGE = 512                      # doubles in 4 KiB
     HALF_PAGE = 256
 
-GRAD_MODES = {"center": GRAD_CENTER, "rms": GRAD_RMS, "scale": GRAD_SCALE}
-grad_column_tile = GRAD_COL_TILE
-grad_pass_groups = GRAD_PASS_GROUPS
+cdef float ONE_F = 1.0
+cdef double ONE_D = 1.0
 
 
 cdef struct Grad:
     const Layout* L
+    const Route* R
     int mode
     double inv_n              # 1 / values per slice
     Py_ssize_t n_param        # entries of gamma
@@ -59,11 +55,10 @@ cdef struct Grad:
     const char* gamma
     char* dgamma
     char* dbeta
-    float* c32                # float32 data and dx, COLUMNS: per slice the
-                              # coefficients of fn_grad_cols_f32 (m, k1, k2,
-                              # k0, each sstride apart), or NULL
-    double* c64               # float64 data and dx, COLUMNS: the same in
-                              # float64 (grad_cols_f64), or NULL
+    float* c32                # COLUMNS, float32 data: per slice the folded
+                              # coefficients (m, k1, k2, k0, each sstride
+                              # apart), or NULL
+    double* c64               # COLUMNS, other data: the same in double, or NULL
     float* g32                # float32 data and dx, SLICES: gamma as float
                               # (gamma's own layout), or NULL
     double g32_max            # the largest magnitude in g32
@@ -104,34 +99,6 @@ cdef inline void add_partials(const Grad* g, Py_ssize_t lo, Py_ssize_t hi) noexc
             db[p] = db[p] + part[g.pstride + p]
 
 
-# ---------------------------------------------------------------------------
-# float32 data and dx: pass 2 in float32 arithmetic (fastnorm_simd.h), from
-# coefficients worked out in float64 once per slice.
-
-cdef inline bint tame(double v) noexcept nogil:
-    """Whether float32 holds v with room to spare: no overflow in a
-    product with data, no flush to zero."""
-    return fabs(v) < 1e30 and (v == 0.0 or fabs(v) > 1e-30)
-
-
-cdef inline bint f32_coefs(double m, double r, double gr, double a, double b,
-                           float* k) noexcept nogil:
-    """k = (m rounded to float, k1, k2, k0) of fn_grad_*_f32 for a slice of
-    mean m and rstd r, with gr = gamma * r and pass 2's a, b; false when
-    float32 cannot hold them with room to spare (NaN and inf included: the
-    float64 pass takes the call then)."""
-    cdef float mf = <float>m
-    cdef double rrb = r * r * b
-    cdef double k0 = (m - <double>mf) * rrb - r * a
-    if not (fabs(m) < 1e30 and tame(r) and tame(gr) and tame(rrb) and fabs(k0) < 1e30):
-        return False
-    k[0] = mf
-    k[1] = <float>gr
-    k[2] = <float>(-rrb)
-    k[3] = <float>k0
-    return True
-
-
 cdef float* gamma_f32(const Grad* g, double* largest) noexcept nogil:
     """gamma (its n_param entries as laid out) in float32, and its largest
     magnitude; NULL when an entry does not fit float32 with room to spare,
@@ -141,13 +108,11 @@ cdef float* gamma_f32(const Grad* g, double* largest) noexcept nogil:
     cdef Py_ssize_t i
     cdef double big = 0.0, v
     cdef bint ok = True
-    # The checks and the maximum in locals first, with no exit inside the
-    # loop: through *largest, each entry waited on the store of the last
-    # (layer_norm_backward, kernel alone, float32: (8, 1024) 8.1 -> 7.2 us,
-    # (32, 768) 14.7 -> 13.6).
+    # The checks and the maximum in locals, with no exit inside the loop:
+    # through *largest, each entry waited on the store of the last.
     for i in range(g.n_param):
         v = src[i]
-        ok = ok & tame(v)
+        ok = ok & holds(v, <float*>NULL)
         big = max(big, fabs(v))
     largest[0] = big
     if not ok:
@@ -236,102 +201,45 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
     acc.b = acc.b + fn_hsum(sb) + tb
 
 
-cdef inline fn_vd dx_vec(const char* xp, const char* dyp, const double* gp,
-                         fn_vd vm, fn_vd vr, fn_vd va, fn_vd vb, fn_vd c1, fn_vd c0,
-                         in_t* ki) noexcept nogil:
-    """FN_W contiguous values of dx = r * (dy * gamma - a - xhat * b)."""
-    cdef fn_vd xh, t
-    if in_t is double:
-        xh = fn_mul(fn_sub(fn_load_f64(<const double*>xp), vm), vr)
-        t = fn_sub(fn_mul(fn_load_f64(<const double*>dyp), fn_load_f64(gp)), va)
-        return fn_mul(fn_sub(t, fn_mul(xh, vb)), vr)
-    # dx = dy * (gamma r) + (x * c1 + c0): three operations.  Its x * c1 + c0
-    # cancels when the mean is large against the spread; float16/float32
-    # data has the 29 bits float64 spares.
-    t = fn_fma(vload(xp, sizeof(in_t), ki), c1, c0)
-    return fn_fma(vload(dyp, sizeof(in_t), ki), fn_mul(fn_load_f64(gp), vr), t)
-
-
-cdef inline void run_dx(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
-                        const char* gp, Py_ssize_t sg, const float* g32, double g32_max,
-                        char* dxp, Py_ssize_t sdx,
-                        Py_ssize_t n, double m, double r, double a, double b, bint stream,
-                        const char* x_ahead, const char* dy_ahead,
+cdef inline void out_dx(const Grad* g, const char* xp, Py_ssize_t sx, const char* dyp,
+                        Py_ssize_t sdy, const char* gp, Py_ssize_t sg, const float* g32,
+                        char* dxp, Py_ssize_t sdx, Py_ssize_t n, double m, double r,
+                        double a, double b, const char* x_ahead, const char* dy_ahead,
                         in_t* ki, out_t* ko) noexcept nogil:
-    """Pass 2 along one run: dx = r * (dy * gamma - a - xhat * b); with
-    `stream`, aligned vectors of dx bypass the cache, and x_ahead, dy_ahead
-    (or NULL), the next run's, are fetched a line per line written (here
-    into L1; float32 runs: see fn_grad_run_f32).  g32: this run's gamma in
-    float32 (when it varies along the run), or NULL."""
-    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), va = fn_set1(a), vb = fn_set1(b)
-    cdef float k[4]
-    cdef float gr
-    if in_t is float and out_t is float:
-        if sx == sizeof(float) and sdy == sizeof(float) and sdx == sizeof(float):
-            if sg == 0 and f32_coefs(m, r, r * (<const double*>gp)[0], a, b, k):
-                gr = k[1]
-                fn_grad_run_f32(<const float*>xp, <const float*>dyp, <float*>dxp, &gr, 0, 1.0,
-                                k[0], k[2], k[3], n, stream, x_ahead, dy_ahead)
+    """Pass 2 along one run: dx = r (dy gamma - a - xhat b), gamma along the
+    run (sg one float64) or one value (sg 0).  The output pass from folded
+    coefficients where x, dy and dx are contiguous (float32 data: in
+    float32, gamma from g32 when it varies along the run), else, and where
+    folding would overflow, value by value.  x_ahead, dy_ahead (or NULL):
+    the next run's, fetched a line per line written."""
+    cdef float kf[4]
+    cdef double kd[4]
+    cdef bint stream = g.R.stream
+    if sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t):
+        if in_t is float and out_t is float:
+            if sg == 0 and grad_affine(m, r, r * param_at(gp)[0], a, b, kf):
+                fn_run_f(xp, 1, dxp, 1, dyp, n, kf[0], kf[2], kf[3], kf[1], &ONE_F, 0, NULL, 0,
+                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n)
                 return
             if (sg == sizeof(double) and g32 != NULL
-                    and f32_coefs(m, r, r * g32_max, a, b, k)):
-                fn_grad_run_f32(<const float*>xp, <const float*>dyp, <float*>dxp, g32, 1,
-                                <float>r, k[0], k[2], k[3], n, stream, x_ahead, dy_ahead)
+                    and grad_affine(m, r, r * g.g32_max, a, b, kf)):
+                fn_run_f(xp, 1, dxp, 1, dyp, n, kf[0], kf[2], kf[3], <float>r, g32, 1, NULL, 0,
+                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n)
                 return
-    # dx = r*dy*gamma - r*a - (x - m)*r*r*b = dy*(gamma*r) + x*c1 + c0
-    cdef fn_vd c1 = fn_set1(-r * r * b), c0 = fn_set1(m * r * r * b - r * a), t
-    cdef Param g
-    cdef const double* gv
-    cdef Py_ssize_t i = 0, head = 0, step
-    cdef double xs
-    if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
-            and param_init(&g, gp, sg)):
-        if stream:
-            head = (<size_t>dxp // sizeof(out_t)) % FN_W
-            head = min(n, 0 if head == 0 else FN_W - head)
-        while i < head:
-            xs = (sload(xp + i * sx, ki) - m) * r
-            sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * g.p[i * g.inc] - a - xs * b), ko)
-            i = i + 1
-        # The loops are split by gamma's kind and the store kind so that
-        # each is a straight run of vector operations.
-        gv = g.p + head * g.inc
-        step = FN_W * g.inc
-        if stream:
-            while i + FN_W <= n:
-                if x_ahead != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
-                    fn_prefetch(x_ahead + i * sizeof(in_t))
-                    fn_prefetch(dy_ahead + i * sizeof(in_t))
-                vstream(<out_t*>(dxp + i * sdx),
-                        dx_vec(xp + i * sx, dyp + i * sdy, gv, vm, vr, va, vb, c1, c0, ki))
-                gv = gv + step
-                i = i + FN_W
-        elif g.inc == 1:
-            while i + FN_W <= n:
-                vstore(dxp + i * sdx, sizeof(out_t),
-                       dx_vec(xp + i * sx, dyp + i * sdy, g.p + i, vm, vr, va, vb, c1, c0, ki), ko)
-                i = i + FN_W
-        else:
-            while i + FN_W <= n:
-                vstore(dxp + i * sdx, sizeof(out_t),
-                       dx_vec(xp + i * sx, dyp + i * sdy, g.p, vm, vr, va, vb, c1, c0, ki), ko)
-                i = i + FN_W
-    while i < n:
-        xs = (sload(xp + i * sx, ki) - m) * r
-        sstore(dxp + i * sdx, r * (sload(dyp + i * sdy, ki) * (<const double*>(gp + i * sg))[0]
-                                   - a - xs * b), ko)
-        i = i + 1
+        if sg == 0 and grad_affine(m, r, r * param_at(gp)[0], a, b, kd):
+            fn_run_d(xp, tcode(ki), dxp, ocode(ko), dyp, n, kd[0], kd[2], kd[3], kd[1], &ONE_D, 0,
+                     NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n)
+            return
+        if sg == sizeof(double) and grad_affine(m, r, r, a, b, kd):
+            fn_run_d(xp, tcode(ki), dxp, ocode(ko), dyp, n, kd[0], kd[2], kd[3], r, param_at(gp),
+                     1, NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n)
+            return
+    fn_strided_grad(xp, sx, dyp, sdy, tcode(ki), dxp, sdx, ocode(ko), gp, sg, n, m, r, a, b)
 
 
 cdef inline void slice_coefs(const Grad* g, const Sums* acc, double* a, double* b) noexcept nogil:
     """The a, b of pass 2 from a slice's sums A, B."""
-    a[0] = 0.0
-    b[0] = 0.0
-    if g.mode == GRAD_CENTER:
-        a[0] = acc.a * g.inv_n
-        b[0] = acc.b * g.inv_n
-    elif g.mode == GRAD_RMS:
-        b[0] = acc.b * g.inv_n
+    grad_ab(g.mode, g.inv_n, acc.a, acc.b, a, b)
 
 
 cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
@@ -374,12 +282,12 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
         go = s.off[OP_G] + r.off[OP_G]
-        run_dx(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
+        out_dx(g, L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
                L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
                g.gamma + go, inner.stride[OP_G],
-               g.g32 + (g.gshift + go) // sizeof(double) if g.g32 != NULL else NULL, g.g32_max,
+               g.g32 + (g.gshift + go) // sizeof(double) if g.g32 != NULL else NULL,
                L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], inner.stride[OP_DX],
-               inner.size, m, rs, a, b, L.stream, NULL, NULL, ki, ko)
+               inner.size, m, rs, a, b, NULL, NULL, ki, ko)
         odo_next(&r, L.red, L.n_red - 1)
 
 
@@ -419,12 +327,7 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
     while i + FN_W <= n:
         if in_t is not double:
             # The next rows, as pass 2 also fetches them: a longer lead
-            # (float32 layer_norm_backward over rows of (8192, 1024), one
-            # thread, time / a copy: 1.94 -> 1.86 and 2.44 -> 2.14; float64
-            # rows, twice the bytes, measured no better, 1.67 -> 1.76).
-            # Into L2 (a Xeon with 2 MiB a core), not L1: rows of (16384,
-            # 4096) float32 3.81 -> 3.04, two threads 1.79 -> 1.51; the
-            # others the same within noise.
+            # (float64 rows, twice the bytes, gained nothing).
             if xa[GRAD_ROWS - 1] != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
                 for k in range(GRAD_ROWS):
                     fn_prefetch_l2(xa[k] + i * sizeof(in_t))
@@ -501,25 +404,9 @@ cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
               <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, xa, da, ki)
     for k in range(GRAD_ROWS):
         slice_coefs(g, &acc[k], &a, &b)
-        run_dx(xp[k], sizeof(in_t), dyp[k], sizeof(in_t), g.gamma, sizeof(double),
-               g.g32 + g.gshift // sizeof(double) if g.g32 != NULL else NULL, g.g32_max,
-               dxp[k], L.red[0].stride[OP_DX], n, m[k], rs[k], a, b, L.stream, xa[k], da[k], ki, ko)
-
-
-cdef inline bint rows_fit(const Grad* g, in_t* kind) noexcept nogil:
-    """Whether grad_rows applies: slices are single contiguous runs of x and
-    dy, with gamma contiguous along them and the same for every slice."""
-    cdef const Layout* L = g.L
-    cdef int j
-    if L.columns or L.n_red != 1:
-        return False
-    if (L.red[0].stride[OP_X] != sizeof(in_t) or L.red[0].stride[OP_DY] != sizeof(in_t)
-            or L.red[0].stride[OP_G] != sizeof(double)):
-        return False
-    for j in range(L.n_kept):
-        if L.kept[j].stride[OP_G] != 0:
-            return False
-    return True
+        out_dx(g, xp[k], sizeof(in_t), dyp[k], sizeof(in_t), g.gamma, sizeof(double),
+               g.g32 + g.gshift // sizeof(double) if g.g32 != NULL else NULL,
+               dxp[k], L.red[0].stride[OP_DX], n, m[k], rs[k], a, b, xa[k], da[k], ki, ko)
 
 
 cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
@@ -527,7 +414,7 @@ cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexce
     cdef Py_ssize_t hi = min(lo + g.per_block, g.L.n_slices)
     cdef double* part = g.partial + 2 * blk * g.pstride
     si = lo
-    if rows_fit(g, ki):
+    if g.R.way == WAY_ROWS:
         while si + GRAD_ROWS <= hi:
             grad_rows(g, si, part, ki, ko)
             si = si + GRAD_ROWS
@@ -546,25 +433,14 @@ cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexce
 # order: pass 1 sums each image's runs into its block's partial buffers
 # (blocks of images, fixed by the shape), pass 2 writes dx image by image.
 
-cdef inline bint images_fit(const Grad* g, in_t* kind) noexcept nogil:
-    cdef const Layout* L = g.L
-    cdef const Axis* inner
-    cdef Py_ssize_t run_bytes
-    cdef int j
-    if L.columns or L.n_kept != 1 or L.n_red < 2:
-        return False
-    inner = &L.red[L.n_red - 1]
-    run_bytes = inner.size * sizeof(in_t)
-    if (inner.stride[OP_X] != sizeof(in_t) or inner.stride[OP_DY] != sizeof(in_t)
-            or inner.stride[OP_DX] != inner.stride[OP_X] or run_bytes > IMAGE_RUN_BYTES
-            or L.kept[0].stride[OP_X] != run_bytes or L.kept[0].stride[OP_DY] != run_bytes
-            or L.kept[0].stride[OP_DX] != run_bytes):
-        return False
-    for j in range(L.n_red):
-        if L.red[j].stride[OP_G] != 0:
-            return False
-    return True
-
+# ---------------------------------------------------------------------------
+# IMAGES: slices of several runs that interleave (run r of slice si + 1
+# starts where run r of slice si ends, in x, dy and dx: the channels of NCHW
+# images), gamma one value per slice.  Slice by slice, each image is a
+# stream of its own and each run a few vectors: the runs cost more than
+# their values.  Image by image, memory is read and written in address
+# order: pass 1 sums each image's runs into its block's partial buffers
+# (blocks of images, fixed by the shape), pass 2 writes dx image by image.
 
 cdef void image_block_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
     """Pass 1 over the images of block blk: every run's sum(dy * xhat) and
@@ -593,8 +469,8 @@ cdef void image_block_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nog
 
 cdef void image_dx(const Grad* g, Py_ssize_t ri, const double* ab, in_t* ki,
                    out_t* ko) noexcept nogil:
-    """Pass 2 over image ri: every slice's run, with its a, b (ab[2 si],
-    ab[2 si + 1])."""
+    """Pass 2 over image ri run by run: every slice's run, with its a, b
+    (ab[2 si], ab[2 si + 1])."""
     cdef const Layout* L = g.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Odometer r, s
@@ -602,71 +478,41 @@ cdef void image_dx(const Grad* g, Py_ssize_t ri, const double* ab, in_t* ki,
     odo_init(&r, L.red, L.n_red - 1, ri)
     odo_init(&s, L.kept, L.n_kept, 0)
     for si in range(L.n_slices):
-        run_dx(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], sizeof(in_t),
+        out_dx(g, L.base[OP_X] + s.off[OP_X] + r.off[OP_X], sizeof(in_t),
                L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], sizeof(in_t),
-               g.gamma + s.off[OP_G], 0, NULL, 0.0,
+               g.gamma + s.off[OP_G], 0, NULL,
                L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], sizeof(out_t), inner.size,
                (<const double*>(L.stat[0] + s.off[OP_S]))[0],
                (<const double*>(L.stat[1] + s.off[OP_S]))[0], ab[2 * si], ab[2 * si + 1],
-               L.stream, NULL, NULL, ki, ko)
+               NULL, NULL, ki, ko)
         odo_next(&s, L.kept, L.n_kept)
 
 
-cdef void image_dx_rows(const Grad* g, Py_ssize_t ri, const in_t* k) noexcept nogil:
-    """Pass 2 over image ri, float32 or float64: its runs as one run of
-    rows, slice si's coefficients k[si], k[n + si], k[2 n + si], k[3 n + si]
-    (m, k1, k2, k0; n = n_slices + 1: each array holds one row more)."""
+cdef inline void image_dx_rows(const Grad* g, Py_ssize_t ri, const float* kf, const double* kd,
+                               Py_ssize_t ks, in_t* ki, out_t* ko) noexcept nogil:
+    """Pass 2 over image ri: its runs as one run of rows, slice si's folded
+    coefficients at [si] of the arrays m, k1, k2, k0 (ks apart)."""
     cdef const Layout* L = g.L
-    cdef Py_ssize_t n = L.n_slices + 1
     cdef Odometer r
     odo_init(&r, L.red, L.n_red - 1, ri)
-    if in_t is float:
-        fn_grad_rows_f32(<const float*>(L.base[OP_X] + r.off[OP_X]),
-                         <const float*>(L.base[OP_DY] + r.off[OP_DY]),
-                         <float*>(L.base[OP_DX] + r.off[OP_DX]), L.n_slices,
-                         L.red[L.n_red - 1].size, k, k + n, k + 2 * n, k + 3 * n, L.stream)
-    elif in_t is double:
-        fn_affine_rows_f64(<const double*>(L.base[OP_X] + r.off[OP_X]),
-                           <const double*>(L.base[OP_DY] + r.off[OP_DY]),
-                           <double*>(L.base[OP_DX] + r.off[OP_DX]), L.n_slices,
-                           L.red[L.n_red - 1].size, k, k + n, k + 2 * n, k + 3 * n, L.stream)
+    if in_t is float and out_t is float:
+        fn_rows_f(L.base[OP_X] + r.off[OP_X], 1, L.base[OP_DX] + r.off[OP_DX], 1,
+                  L.base[OP_DY] + r.off[OP_DY], L.n_slices, L.red[L.n_red - 1].size, kf,
+                  kf + 2 * ks, kf + 3 * ks, kf + ks, NULL, NULL, FN_GRAD, g.R.stream)
+    else:
+        fn_rows_d(L.base[OP_X] + r.off[OP_X], tcode(ki), L.base[OP_DX] + r.off[OP_DX],
+                  ocode(ko), L.base[OP_DY] + r.off[OP_DY], L.n_slices, L.red[L.n_red - 1].size,
+                  kd, kd + 2 * ks, kd + 3 * ks, kd + ks, NULL, NULL, FN_GRAD, g.R.stream)
 
 
-cdef float* images_f32_coefs(const Grad* g, const double* ab) noexcept nogil:
-    """Every slice's float32 coefficients of pass 2 (m, k1, k2, k0, each an
-    array of n_slices + 1), or NULL where float32 cannot hold one (or on a
-    failed allocation)."""
+cdef ct* images_coefs(const Grad* g, const double* ab, Py_ssize_t ks, ct* kind) noexcept nogil:
+    """Every slice's folded coefficients of pass 2 (m, k1, k2, k0, arrays
+    ks apart), or NULL where ct cannot hold one (or on a failed
+    allocation)."""
     cdef const Layout* L = g.L
-    cdef Py_ssize_t n = L.n_slices + 1, si
-    cdef float* k = <float*>fn_calloc(4 * n, sizeof(float))
-    cdef float c[4]
-    cdef Odometer s
-    cdef double m, r
-    if k == NULL:
-        return NULL
-    odo_init(&s, L.kept, L.n_kept, 0)
-    for si in range(L.n_slices):
-        m = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
-        r = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
-        if not f32_coefs(m, r, r * (<const double*>(g.gamma + s.off[OP_G]))[0],
-                         ab[2 * si], ab[2 * si + 1], c):
-            fn_free(k)
-            return NULL
-        k[si] = c[0]
-        k[n + si] = c[1]
-        k[2 * n + si] = c[2]
-        k[3 * n + si] = c[3]
-        odo_next(&s, L.kept, L.n_kept)
-    return k
-
-
-cdef double* images_f64_coefs(const Grad* g, const double* ab) noexcept nogil:
-    """Every slice's float64 coefficients of pass 2 (m, k1, k2, k0 of
-    fn_affine_rows_f64: dx = dy * gamma r + (x - m) * (-r r b) - r a, each
-    an array of n_slices + 1), or NULL on a failed allocation."""
-    cdef const Layout* L = g.L
-    cdef Py_ssize_t n = L.n_slices + 1, si
-    cdef double* k = <double*>fn_calloc(4 * n, sizeof(double))
+    cdef Py_ssize_t si
+    cdef ct* k = <ct*>fn_calloc(4 * ks, sizeof(ct))
+    cdef ct c[4]
     cdef Odometer s
     cdef double r
     if k == NULL:
@@ -674,30 +520,39 @@ cdef double* images_f64_coefs(const Grad* g, const double* ab) noexcept nogil:
     odo_init(&s, L.kept, L.n_kept, 0)
     for si in range(L.n_slices):
         r = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
-        k[si] = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
-        k[n + si] = r * (<const double*>(g.gamma + s.off[OP_G]))[0]
-        k[2 * n + si] = -r * r * ab[2 * si + 1]
-        k[3 * n + si] = -r * ab[2 * si]
+        if not grad_affine((<const double*>(L.stat[0] + s.off[OP_S]))[0], r,
+                           r * param_at(g.gamma + s.off[OP_G])[0], ab[2 * si], ab[2 * si + 1],
+                           c):
+            fn_free(k)
+            return NULL
+        k[si] = c[0]
+        k[ks + si] = c[1]
+        k[2 * ks + si] = c[2]
+        k[3 * ks + si] = c[3]
         odo_next(&s, L.kept, L.n_kept)
     return k
 
 
-cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
-    """Both passes image by image (see images_fit); the partial buffers'
-    blocks are blocks of images."""
+cdef int images_run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
+    """The IMAGES schedule of a gradient: pass 1 image block by image block
+    into the partial buffers (blocks of images), then dx image by image,
+    each image's runs one run of rows with folded coefficients (run by run
+    where they do not fit)."""
     cdef const Layout* L = g.L
+    cdef int nthreads = g.R.threads
     cdef Py_ssize_t n_images = L.slice_len // L.red[L.n_red - 1].size, i
     cdef Py_ssize_t image_bytes = max(<Py_ssize_t>1, L.n_slices * L.red[L.n_red - 1].size
                                       * <Py_ssize_t>sizeof(in_t))
     cdef Py_ssize_t n_blocks = block_count(
         n_images, max(<Py_ssize_t>1, SLICE_BLOCK_BYTES // image_bytes),
         2 * g.n_param * <Py_ssize_t>sizeof(double))
+    cdef Py_ssize_t ks = L.n_slices + 2, run_len = L.red[L.n_red - 1].size
     cdef double* ab = <double*>fn_malloc(2 * L.n_slices * sizeof(double))
     cdef Odometer s
     cdef Sums acc
     cdef double gv
-    cdef float* k32
-    cdef double* k64
+    cdef float* kf = NULL
+    cdef double* kd = NULL
     g.per_block = (n_images + n_blocks - 1) // n_blocks
     g.n_blocks = (n_images + g.per_block - 1) // g.per_block
     g.partial = <double*>fn_calloc(2 * g.n_blocks * g.pstride, sizeof(double))
@@ -712,36 +567,29 @@ cdef int images_run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
     # A = gamma sum(dy), B = gamma sum(dy * xhat), per slice.
     odo_init(&s, L.kept, L.n_kept, 0)
     for i in range(L.n_slices):
-        gv = (<const double*>(g.gamma + s.off[OP_G]))[0]
+        gv = param_at(g.gamma + s.off[OP_G])[0]
         acc.a = gv * (<const double*>(g.dbeta + g.gshift + s.off[OP_G]))[0]
         acc.b = gv * (<const double*>(g.dgamma + g.gshift + s.off[OP_G]))[0]
         slice_coefs(g, &acc, &ab[2 * i], &ab[2 * i + 1])
         odo_next(&s, L.kept, L.n_kept)
-    # float32 and float64: pass 2 from coefficients folded once per slice,
-    # each image one run of rows; other dtypes run by run.
-    k32 = NULL
-    k64 = NULL
+    # Rows of at least half a vector: one run of rows per image.
     if in_t is float and out_t is float:
-        if L.red[L.n_red - 1].size >= FN_WF:
-            k32 = images_f32_coefs(g, ab)
-    if in_t is double and out_t is double:
-        if L.red[L.n_red - 1].size >= FN_W:
-            k64 = images_f64_coefs(g, ab)
+        if 2 * run_len >= FN_WF:
+            kf = images_coefs(g, ab, ks, <float*>NULL)
+    elif 2 * run_len >= FN_W:
+        kd = images_coefs(g, ab, ks, <double*>NULL)
     with parallel(num_threads=nthreads):
-        if k32 != NULL:
+        if kf != NULL or kd != NULL:
             for i in prange(n_images, schedule="runtime"):
-                image_dx_rows(g, i, k32)
-        elif k64 != NULL:
-            for i in prange(n_images, schedule="runtime"):
-                image_dx_rows(g, i, k64)
+                image_dx_rows(g, i, kf, kd, ks, ki, ko)
         else:
             for i in prange(n_images, schedule="runtime"):
                 image_dx(g, i, ab, ki, ko)
         fn_sfence()
     fn_free(g.partial)
     fn_free(ab)
-    fn_free(k32)
-    fn_free(k64)
+    fn_free(kf)
+    fn_free(kd)
     return 0
 
 
@@ -1055,76 +903,27 @@ cdef inline void cols_scale(const Grad* g, Py_ssize_t si, double a, double bb) n
         g.sums[ns + si] = 0.0
 
 
-cdef inline int cols_coefs_f32(const Grad* g, Py_ssize_t si) noexcept nogil:
-    """Column si's float32 coefficients for cols_dx (after the folds);
-    returns 1 when float32 cannot hold them, else 0."""
+cdef inline int cols_coefs(const Grad* g, Py_ssize_t si, ct* base) noexcept nogil:
+    """Column si's folded coefficients for cols_dx (after the folds), into
+    base[si], base[ns + si], ... (m, k1, k2, k0; k1 without gamma where
+    gamma is one value a row, which cols_dx multiplies in); 1 when ct
+    cannot hold them, else 0."""
     cdef Py_ssize_t ns = g.sstride, s_off, g_off
-    cdef double m, r, gs
-    cdef float k[4]
+    cdef double r, gr
+    cdef ct k[4]
     kept_offsets(g.L, si, &s_off, &g_off)
-    m = (<const double*>(g.L.stat[0] + s_off))[0]
     r = (<const double*>(g.L.stat[1] + s_off))[0]
-    gs = (<const double*>(g.gamma + g_off))[0]
-    if not f32_coefs(m, r, gs * r, g.sums[si], g.sums[ns + si], k):
+    gr = r
+    if g.L.kept[g.L.n_kept - 1].stride[OP_G] != 0:
+        gr = param_at(g.gamma + g_off)[0] * r
+    if not grad_affine((<const double*>(g.L.stat[0] + s_off))[0], r, gr, g.sums[si],
+                       g.sums[ns + si], k):
         return 1
-    g.c32[si] = k[0]
-    g.c32[ns + si] = k[1]
-    g.c32[2 * ns + si] = k[2]
-    g.c32[3 * ns + si] = k[3]
+    base[si] = k[0]
+    base[ns + si] = k[1]
+    base[2 * ns + si] = k[2]
+    base[3 * ns + si] = k[3]
     return 0
-
-
-cdef inline bint roomy(double v) noexcept nogil:
-    """Whether v is finite and far from float64's overflow and underflow."""
-    return fabs(v) < 1e300 and (v == 0.0 or fabs(v) > 1e-300)
-
-
-cdef inline int cols_coefs_f64(const Grad* g, Py_ssize_t si) noexcept nogil:
-    """Column si's float64 coefficients for grad_cols_f64 (after the folds):
-    dx = dy * k1 + (x - m) * k2 + k0; returns 1 when one of them could
-    overflow (or flush) where the unfolded formula does not (rstd^2), else 0."""
-    cdef Py_ssize_t ns = g.sstride, s_off, g_off
-    cdef double m, r, gs, k1, k2, k0
-    kept_offsets(g.L, si, &s_off, &g_off)
-    m = (<const double*>(g.L.stat[0] + s_off))[0]
-    r = (<const double*>(g.L.stat[1] + s_off))[0]
-    gs = (<const double*>(g.gamma + g_off))[0]
-    k1 = gs * r
-    k2 = -r * r * g.sums[ns + si]
-    k0 = -r * g.sums[si]
-    if not (fabs(m) < 1e300 and roomy(r) and roomy(k1) and roomy(k2) and roomy(k0)):
-        return 1
-    g.c64[si] = m
-    g.c64[ns + si] = k1
-    g.c64[2 * ns + si] = k2
-    g.c64[3 * ns + si] = k0
-    return 0
-
-
-cdef inline void grad_cols_f64(const double* x, const double* dy, double* dx, const double* k,
-                               Py_ssize_t ks, Py_ssize_t n, bint stream) noexcept nogil:
-    """One row of a tile of float64 columns: dx = dy * k1 + (x - m) * k2 + k0
-    with column c's m, k1, k2, k0 at k[c], k[ks + c], k[2 ks + c], k[3 ks + c]."""
-    cdef Py_ssize_t c = 0, head = 0
-    cdef fn_vd t
-    if stream:  # values up to dx's first aligned vector go one by one
-        head = (<size_t>dx // sizeof(double)) % FN_W
-        head = min(n, 0 if head == 0 else FN_W - head)
-    while c < head:
-        dx[c] = dy[c] * k[ks + c] + ((x[c] - k[c]) * k[2 * ks + c] + k[3 * ks + c])
-        c = c + 1
-    while c + FN_W <= n:
-        t = fn_fma(fn_sub(fn_load_f64(x + c), fn_load_f64(k + c)), fn_load_f64(k + 2 * ks + c),
-                   fn_load_f64(k + 3 * ks + c))
-        t = fn_fma(fn_load_f64(dy + c), fn_load_f64(k + ks + c), t)
-        if stream:
-            fn_stream_f64(dx + c, t)
-        else:
-            fn_store_f64(dx + c, t)
-        c = c + FN_W
-    while c < n:
-        dx[c] = dy[c] * k[ks + c] + ((x[c] - k[c]) * k[2 * ks + c] + k[3 * ks + c])
-        c = c + 1
 
 
 cdef inline Py_ssize_t chunks(Py_ssize_t n) noexcept nogil:
@@ -1138,51 +937,51 @@ cdef void cols_fold_chunk(const Grad* g, Py_ssize_t c) noexcept nogil:
 
 
 cdef Py_ssize_t cols_coefs_chunk(const Grad* g, Py_ssize_t c, in_t* kind) noexcept nogil:
-    """cols_coefs_* of the columns of chunk c; how many did not fit."""
+    """cols_coefs of the columns of chunk c; how many did not fit."""
     cdef Py_ssize_t si, n_bad = 0
     for si in range(c * FOLD_CHUNK, min((c + 1) * FOLD_CHUNK, g.L.n_slices)):
         if in_t is float:
-            n_bad += cols_coefs_f32(g, si)
+            n_bad += cols_coefs(g, si, g.c32)
         else:
-            n_bad += cols_coefs_f64(g, si)
+            n_bad += cols_coefs(g, si, g.c64)
     return n_bad
 
 
 cdef inline bint cols_folded_fit(const Grad* g, Py_ssize_t itemsize) noexcept nogil:
     """Whether cols_dx can run from folded per-column coefficients: columns
-    contiguous in x, dy and dx, and gamma the same for every row (one
-    coefficient set per column)."""
+    contiguous in x, dy and dx, and gamma the same for every row (a gain
+    per column) or for every column (a gain per row)."""
     cdef const Layout* L = g.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
     cdef int j
     if (vec.stride[OP_X] != itemsize or vec.stride[OP_DY] != itemsize
             or vec.stride[OP_DX] != itemsize):
         return False
+    if vec.stride[OP_G] == 0:
+        return True
     for j in range(L.n_red):
         if L.red[j].stride[OP_G] != 0:
             return False
     return True
 
 
-cdef void cols_folded_coefs(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
-    """Every column's folded coefficients (g.c32 for float32 data and dx,
-    g.c64 for float64), after the folds; left NULL where the layout does not
+cdef void cols_folded_coefs(Grad* g, in_t* ki) noexcept nogil:
+    """Every column's folded coefficients (g.c32 for float32 data, g.c64
+    for the others), after the folds; left NULL where the layout does not
     fit, on a failed allocation, or when a column's do not fit the type
     with room to spare (cols_dx then runs the unfolded formula)."""
     cdef Py_ssize_t i, n_bad = 0
     cdef void* buf
-    if not ((in_t is float and out_t is float) or (in_t is double and out_t is double)):
-        return
     if not cols_folded_fit(g, sizeof(in_t)):
         return
-    buf = fn_malloc(4 * g.sstride * sizeof(in_t))
+    buf = fn_malloc(4 * g.sstride * (sizeof(float) if in_t is float else sizeof(double)))
     if buf == NULL:
         return
     if in_t is float:
         g.c32 = <float*>buf
     else:
         g.c64 = <double*>buf
-    for i in prange(chunks(g.L.n_slices), num_threads=nthreads, schedule="static"):
+    for i in prange(chunks(g.L.n_slices), num_threads=g.R.threads, schedule="static"):
         n_bad += cols_coefs_chunk(g, i, ki)
     if n_bad:
         fn_free(buf)
@@ -1190,24 +989,15 @@ cdef void cols_folded_coefs(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept
         g.c64 = NULL
 
 
-cdef inline void cols_dx_at(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
-                            const char* gp, Py_ssize_t sg, char* dxp, Py_ssize_t sdx,
-                            const Cols* t, const double* ab, const double* bs, Py_ssize_t c,
-                            in_t* ki, out_t* ko) noexcept nogil:
-    """dx of column c of one row, for any strides."""
-    cdef double xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
-    sstore(dxp + c * sdx, t.r[c] * (sload(dyp + c * sdy, ki) * (<const double*>(gp + c * sg))[0]
-                                     - ab[c] - xs * bs[c]), ko)
-
-
 cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
-    """Pass 2 over one block of rows: dx = r * (dy * gamma - a - xhat * b)."""
+    """Pass 2 over one block of rows: dx = r (dy gamma - a - xhat b), from
+    the folded coefficients where there are some, else value by value."""
     cdef const Layout* L = g.L
     cdef const Axis* vec = &L.kept[L.n_kept - 1]
     cdef Py_ssize_t r0 = blk * g.per_block, nr = min(g.per_block, L.slice_len - r0)
     cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY], sg = vec.stride[OP_G]
-    cdef Py_ssize_t sdx = vec.stride[OP_DX]
-    cdef Py_ssize_t grp, k, c, head
+    cdef Py_ssize_t sdx = vec.stride[OP_DX], ns = g.sstride
+    cdef Py_ssize_t grp, k, c
     cdef Cols t
     cdef Odometer row
     cdef const double* ab
@@ -1215,73 +1005,54 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
     cdef const char* dyp
     cdef const char* gp
     cdef char* dxp
-    cdef const double* bs
-    cdef Param gv
-    cdef fn_vd xh, tv
-    cdef const float* k32
+    cdef const float* kf
+    cdef const double* kd
+    cdef double grow = 1.0           # a gain per row (cols_coefs)
     for grp in range(g.n_groups):
         cols_of(g, grp, &t)
         ab = g.sums + t.slice0
-        bs = ab + g.sstride
         odo_init(&row, L.red, L.n_red, r0)
         for k in range(nr):
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
             gp = g.gamma + col_off(L, &t, &row, OP_G)
             dxp = L.base[OP_DX] + col_off(L, &t, &row, OP_DX)
-            if in_t is double and out_t is double:
-                if g.c64 != NULL:
-                    grad_cols_f64(<const double*>xp, <const double*>dyp, <double*>dxp,
-                                  g.c64 + t.slice0, g.sstride, t.width, L.stream)
-                    odo_next(&row, L.red, L.n_red)
-                    continue
+            if sg == 0:
+                grow = param_at(gp)[0]
             if in_t is float and out_t is float:
                 if g.c32 != NULL:
-                    k32 = g.c32 + t.slice0
-                    fn_grad_cols_f32(<const float*>xp, <const float*>dyp, <float*>dxp, k32,
-                                     k32 + g.sstride, k32 + 2 * g.sstride, k32 + 3 * g.sstride,
-                                     t.width, L.stream)
+                    kf = g.c32 + t.slice0
+                    fn_values_f(xp, 1, dxp, 1, dyp, t.width, t.width, kf, kf + 2 * ns, kf + 3 * ns,
+                                kf + ns, <float>grow, 0.0, FN_GRAD, g.R.stream, NULL)
                     odo_next(&row, L.red, L.n_red)
                     continue
-            c = 0
-            if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t)
-                    and param_init(&gv, gp, sg)):
-                head = 0
-                if L.stream:  # values up to dx's first aligned vector go one by one
-                    head = (<size_t>dxp // sizeof(out_t)) % FN_W
-                    head = min(t.width, 0 if head == 0 else FN_W - head)
-                while c < head:
-                    cols_dx_at(xp, sx, dyp, sdy, gp, sg, dxp, sdx, &t, ab, bs, c, ki, ko)
-                    c = c + 1
-                while c + FN_W <= t.width:
-                    xh = fn_mul(fn_sub(vload(xp + c * sx, sx, ki), fn_load_f64(t.m + c)),
-                                fn_load_f64(t.r + c))
-                    tv = fn_sub(fn_mul(vload(dyp + c * sdy, sdy, ki),
-                                       fn_load_f64(gv.p + c * gv.inc)), fn_load_f64(ab + c))
-                    tv = fn_mul(fn_sub(tv, fn_mul(xh, fn_load_f64(bs + c))), fn_load_f64(t.r + c))
-                    if L.stream:
-                        vstream(<out_t*>(dxp + c * sdx), tv)
-                    else:
-                        vstore(dxp + c * sdx, sdx, tv, ko)
-                    c = c + FN_W
-            while c < t.width:
-                cols_dx_at(xp, sx, dyp, sdy, gp, sg, dxp, sdx, &t, ab, bs, c, ki, ko)
-                c = c + 1
+            if g.c64 != NULL:
+                kd = g.c64 + t.slice0
+                fn_values_d(xp, tcode(ki), dxp, ocode(ko), dyp, t.width, t.width, kd,
+                            kd + 2 * ns, kd + 3 * ns, kd + ns, grow, 0.0, FN_GRAD, g.R.stream,
+                            NULL)
+                odo_next(&row, L.red, L.n_red)
+                continue
+            for c in range(t.width):
+                fn_strided_grad(xp + c * sx, 0, dyp + c * sdy, 0, tcode(ki), dxp + c * sdx, 0,
+                                ocode(ko), gp + c * sg, 0, 1, t.m[c], t.r[c], ab[c], ab[ns + c])
             odo_next(&row, L.red, L.n_red)
     fn_sfence()
 
 
 # ---------------------------------------------------------------------------
 
-cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
+cdef int run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
+    """A gradient on its route (WAY_IMAGES, or blocks of slices or rows)."""
     cdef const Layout* L = g.L
+    cdef int nthreads
     cdef Py_ssize_t i, n_blocks, min_per_block
     cdef Py_ssize_t units = L.slice_len if L.columns else L.n_slices
     cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
     g.pstride = spaced(g.n_param)
     g.sstride = spaced(L.n_slices)
-    if images_fit(g, ki):
-        return images_run(g, nthreads, ki, ko)
+    if g.R.way == WAY_IMAGES:
+        return images_run(g, ki, ko)
     if L.columns:
         min_per_block = ROWS_PER_BLOCK_MIN
     else:
@@ -1307,7 +1078,7 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         if g.sums == NULL:
             fn_free(g.partial)
             return -1
-    nthreads = min(<Py_ssize_t>nthreads, g.n_blocks)
+    nthreads = min(<Py_ssize_t>g.R.threads, g.n_blocks)
     if L.columns:
         if g.slice_param:
             for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
@@ -1320,7 +1091,7 @@ cdef int run(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         if g.group > 1:
             for i in prange(L.n_slices // g.group, num_threads=nthreads, schedule="static"):
                 cols_fold_group(g, i * g.group)
-        cols_folded_coefs(g, nthreads, ki, ko)
+        cols_folded_coefs(g, ki)
         for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
             cols_dx(g, i, ki, ko)
     else:
@@ -1351,24 +1122,22 @@ cdef inline bint gamma_per_slice(const Grad* g) noexcept nogil:
     return True
 
 
-cdef int run_passes(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
-    """run over pieces of the kept axes of at most GRAD_PASS_GROUPS groups each
-    (pass_axis, _layout.pxd), for COLUMNS calls with gamma per column: every
-    piece's gradients are its own columns' (gamma, dgamma and dbeta moved
-    with it).  Many short columns took per-column scratch (48 bytes a
-    column) beyond any kept block, fresh pages every call:
-    batch_norm_backward over axis 0 of (2, 3211264) float32 spent a third
-    of its time in page faults."""
+cdef int run_passes(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
+    """The COLUMNS schedule of a gradient with gamma per column: run over
+    pieces of the kept axes of at most GRAD_PASS_GROUPS groups each
+    (pass_axis), every piece's gradients its own columns' (gamma, dgamma
+    and dbeta moved with it), so that the per-column scratch stays within
+    the kept blocks."""
     cdef const Layout* L = g.L
     cdef Layout sub             # (6 KiB; a pass's recursion is a few deep)
     cdef Grad piece
     cdef Py_ssize_t step, start = 0, size, shift
     cdef int a, rc = 0
     if not (L.columns and g.group == 1 and gamma_per_slice(g)):
-        return run(g, nthreads, ki, ko)
+        return run(g, ki, ko)
     a = pass_axis(L, GRAD_COL_TILE, GRAD_PASS_GROUPS, &step)
     if a < 0:
-        return run(g, nthreads, ki, ko)
+        return run(g, ki, ko)
     while start < L.kept[a].size and rc == 0:
         size = piece_size(L, a, start, step, GRAD_COL_TILE)
         layout_piece(L, &sub, a, start, size)
@@ -1380,76 +1149,73 @@ cdef int run_passes(Grad* g, int nthreads, in_t* ki, out_t* ko) noexcept nogil:
         piece.dgamma = g.dgamma + shift
         piece.dbeta = g.dbeta + shift
         if a == L.n_kept - 1:
-            rc = run(&piece, nthreads, ki, ko)
+            rc = run(&piece, ki, ko)
         else:
-            rc = run_passes(&piece, nthreads, ki, ko)
+            rc = run_passes(&piece, ki, ko)
         start += size
     return rc
 
 
-cdef int run_in(Grad* g, int nthreads, int out_code, in_t* ki) noexcept nogil:
+cdef int channels_backward(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
+    """WAY_CHANNELS: the gradient of runs of a few values as columns of the
+    (outer, channels x inner) matrix (see channels_forward), each channel's
+    inner columns one slice (Grad.group); gamma, mean and rstd repeated per
+    column, the parameter sums added up per channel."""
+    cdef const Layout* L = g.L
+    cdef Layout M
+    cdef Grad gm = g[0]
+    cdef Py_ssize_t inner = L.red[1].size, n_ch = L.kept[0].size, cols = n_ch * inner, ch, j
+    cdef double* arrays = <double*>fn_malloc(5 * cols * sizeof(double))
+    cdef double sg, sb, v
+    cdef int rc
+    if arrays == NULL:
+        return -1
+    cdef Route RM
+    channels_matrix(L, &M, sizeof(in_t), sizeof(out_t))
+    M.red[0].stride[OP_DY] = M.red[0].stride[OP_X]
+    M.kept[0].stride[OP_DY] = M.kept[0].stride[OP_X]
+    route_backward(&RM, &M, tcode(ki), g.R.threads, g.R.fresh, True,
+                   M.n_slices * M.slice_len * <Py_ssize_t>sizeof(in_t), g.R.out_bytes)
+    repeat_operand(L, OP_G, arrays)
+    repeat_operand(L, OP_S, arrays + cols)
+    for ch in range(n_ch):
+        v = (<const double*>(L.stat[1] + ch * L.kept[0].stride[OP_S]))[0]
+        for j in range(inner):
+            arrays[2 * cols + ch * inner + j] = v
+    M.base[OP_G] = <char*>arrays
+    M.base[OP_S] = M.stat[0] = <char*>(arrays + cols)
+    M.stat[1] = <char*>(arrays + 2 * cols)
+    gm.L = &M
+    gm.R = &RM
+    gm.group = inner
+    gm.n_param = cols
+    gm.gamma = <const char*>arrays
+    gm.dgamma = <char*>(arrays + 3 * cols)
+    gm.dbeta = <char*>(arrays + 4 * cols)
+    gm.gshift = 0
+    rc = run(&gm, ki, ko)
+    if rc == 0:
+        for ch in range(n_ch):
+            sg = 0.0
+            sb = 0.0
+            for j in range(inner):
+                sg = sg + arrays[3 * cols + ch * inner + j]
+                sb = sb + arrays[4 * cols + ch * inner + j]
+            (<double*>(g.dgamma + g.gshift + ch * L.kept[0].stride[OP_G]))[0] = sg
+            (<double*>(g.dbeta + g.gshift + ch * L.kept[0].stride[OP_G]))[0] = sb
+    fn_free(arrays)
+    return rc
+
+
+cdef int backward_run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
+    if g.R.way == WAY_CHANNELS:
+        return channels_backward(g, ki, ko)
+    return run_passes(g, ki, ko)
+
+
+cdef int backward_in(Grad* g, int out_code, in_t* ki) noexcept nogil:
     if out_code == 0:
-        return run_passes(g, nthreads, ki, <half_t*>NULL)
+        return backward_run(g, ki, <half_t*>NULL)
     if out_code == 1:
-        return run_passes(g, nthreads, ki, <float*>NULL)
-    return run_passes(g, nthreads, ki, <double*>NULL)
-
-
-def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
-             cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
-             tuple reduced, int mode, int nthreads, Py_ssize_t group=1, bint fresh=False):
-    """One backward call.  dy and x share a float dtype; dx has x's shape;
-    gamma, dgamma, dbeta are C-contiguous float64 arrays of one keepdims shape
-    (gamma all ones where the forward had none); mean and rstd C-contiguous
-    float64 in keepdims layout (mean zeros for RMS).  group > 1: x is a
-    matrix whose rows are reduced and whose columns go in groups of `group`,
-    each group one slice (gamma, mean and rstd repeated over its columns);
-    dgamma and dbeta come per column, for the caller to sum per group.
-    fresh: dx was just allocated (its pages are not yet touched)."""
-    cdef Layout L
-    cdef Grad g
-    cdef int rc, in_code = type_code(x), out_code = type_code(dx)
-    cdef char* dx_data
-    cdef Py_ssize_t dx_bytes
-    if type_code(dy) != in_code:
-        raise TypeError("dy and x must have the same dtype")
-    # Slots: x, dx (output), gamma (its strides also address the gradient
-    # buffers), dy (the beta slot), statistics.
-    make_layout(&L, x, (dx, gamma, dy, mean, rstd, None), reduced)
-    g.L = &L
-    g.mode = mode
-    if group > 1 and not (L.columns and x.ndim == 2 and L.n_slices % group == 0
-                          and gamma.size == L.n_slices):
-        raise ValueError("backward: columns in groups need a matrix whose columns are "
-                         "kept, a multiple of the group, and gamma per column")
-    g.group = group
-    g.inv_n = 1.0 / <double>(L.slice_len * group)
-    g.n_param = gamma.size
-    g.gamma = <const char*>cnp.PyArray_DATA(gamma)
-    g.dgamma = <char*>cnp.PyArray_DATA(dgamma)
-    g.dbeta = <char*>cnp.PyArray_DATA(dbeta)
-    # make_layout may have walked negative x strides forwards, moving gamma's
-    # base; the partial buffers (gamma's layout) move the same way.
-    g.gshift = L.base[OP_G] - g.gamma
-    g.gamma = <const char*>L.base[OP_G]
-    if L.n_slices * L.slice_len < PARALLEL_MIN:
-        nthreads = 1
-    L.stream = stream_output(&L, dx.nbytes, STREAM_MIN_BYTES, fresh)
-    schedule_for(x.nbytes, False)
-    if (L.stream and fresh and nthreads > 1
-            and (cnp.PyArray_IS_C_CONTIGUOUS(dx) or cnp.PyArray_IS_F_CONTIGUOUS(dx))):
-        # (a fresh dx streamed is written channel by channel: each thread
-        # faults its own pages in, see fn_fault_in)
-        dx_data = <char*>cnp.PyArray_DATA(dx)
-        dx_bytes = dx.nbytes
-        with nogil:
-            fn_fault_in(dx_data, dx_bytes, nthreads)
-    with nogil:
-        if in_code == 0:
-            rc = run_in(&g, nthreads, out_code, <half_t*>NULL)
-        elif in_code == 1:
-            rc = run_in(&g, nthreads, out_code, <float*>NULL)
-        else:
-            rc = run_in(&g, nthreads, out_code, <double*>NULL)
-    if rc != 0:
-        raise MemoryError("fastnorm: could not allocate scratch memory")
+        return backward_run(g, ki, <float*>NULL)
+    return backward_run(g, ki, <double*>NULL)

@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # Fetching ahead: the lines the kernels will read next, asked for into L2
 # while the current ones are used.  Contiguous statistics fetch a fixed
 # distance ahead (STATS_AHEAD); the columns' sweeps step a cursor over the

@@ -12,14 +12,248 @@ from libc.string cimport memcpy
 from libc.math cimport sqrt, fabs, NAN
 from libc.float cimport DBL_MAX
 cimport numpy as cnp
+import numpy as np
 
 from scratch cimport FN_KEEP_MIN, fn_calloc, fn_free, fn_malloc
 from simd cimport *
 from plan cimport *
 from moments cimport *
 from fetch cimport *
+from coefs cimport *
 
 cnp.import_array()
 
 include "forward.pxi"
 include "backward.pxi"
+include "params.pxi"
+include "fastcall.pxi"
+
+MODES = {"stats": MODE_STATS, "center": MODE_CENTER, "rms": MODE_RMS, "given": MODE_GIVEN}
+GRAD_MODES = {"center": GRAD_CENTER, "rms": GRAD_RMS, "scale": GRAD_SCALE}
+# Calls of fewer elements run on one thread whatever they are given.
+parallel_min = PARALLEL_MIN
+# By itemsize: (most bytes of x, most bytes of a row) for which rows in
+# cache are grouped (tests aim at both sides of these).
+cached_rows = {2: (CACHED_BYTES, CACHED_ROW_BYTES), 4: (CACHED_BYTES, CACHED_ROW_BYTES),
+               8: (CACHED_BYTES_F64, CACHED_ROW_BYTES_F64)}
+# The COLUMNS pattern's columns per tile, its output's rows per group and
+# columns per chunk (float32; float64 coefficients: half), and the most
+# bytes of coefficients a run of whole rows takes (tests aim at these).
+column_tile = COL_TILE
+out_rows = OUT_ROWS
+out_chunk = OUT_CHUNK
+periodic_bytes = PERIODIC_BYTES
+# COLUMNS calls whose x takes more bytes start their strips at a line.
+columns_in_cache = CACHED_BYTES
+# COLUMNS calls of more groups (tiles of one outer slice) go in passes.
+pass_groups = MAX_PASS_GROUPS
+grad_column_tile = GRAD_COL_TILE
+grad_pass_groups = GRAD_PASS_GROUPS
+# Runs of a few values as columns (the images' channels schedule): at most
+# this many values a run, this many bytes of x a column, the per-column
+# arrays within this much (or an eighth of x); the image order from this
+# many values a run on.
+channels_inner_max = INNER_MAX
+channels_min_column_bytes = MIN_COLUMN_BYTES
+channels_column_arrays_max = COLUMN_ARRAYS_MAX
+images_inner_min = IMAGES_INNER_MIN
+# Calls on x of at most this many bytes split their work among the threads
+# the same way every time; larger ones share it out as threads come free.
+same_split_bytes = SAME_SPLIT_BYTES
+
+PATTERNS = ("slices", "images", "columns")
+WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles")
+
+
+cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s1, s2,
+                       tuple reduced, int mode, int nthreads, bint fresh) except -1:
+    """The layout and the route of a forward call (see forward)."""
+    cdef bint has_y = y is not None
+    cdef int xt = type_code(x), yt = xt
+    cdef Py_ssize_t y_bytes = 0
+    cdef bint y_contiguous = False
+    if (s0 is None or s1 is None) and (s0 is not s1 or s2 is not None or not has_y
+                                       or mode == MODE_GIVEN or mode == MODE_STATS):
+        raise ValueError("fastnorm: statistics arrays are needed here")
+    if has_y:
+        yt = type_code(y)
+        y_bytes = y.nbytes
+        y_contiguous = cnp.PyArray_IS_C_CONTIGUOUS(y) or cnp.PyArray_IS_F_CONTIGUOUS(y)
+    make_layout(L, x, (y, gamma, beta, s0, s1, s2), reduced)
+    # Absent parameters read as a broadcast 1 (gamma) and 0 (beta).
+    if gamma is None:
+        L.base[OP_G] = <char*>&fn_one
+    if beta is None:
+        L.base[OP_B] = <char*>&fn_zero_value
+    route_forward(R, L, mode, has_y, xt, yt, nthreads, fresh, y_contiguous, x.nbytes, y_bytes)
+    return 0
+
+
+cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
+                     double eps, int nthreads, bint fresh) except -1:
+    cdef Layout L
+    cdef Route R
+    cdef int rc, in_code = type_code(x), out_code = in_code
+    cdef bint has_y = y is not None
+    cdef char* y_data
+    cdef Py_ssize_t y_bytes
+    forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
+    if has_y:
+        out_code = type_code(y)
+    schedule_for(x.nbytes, R.guided)
+    if R.fault_in:
+        # (written channel by channel: each thread faults its own pages in)
+        y_data = <char*>cnp.PyArray_DATA(y)
+        y_bytes = y.nbytes
+        with nogil:
+            fn_fault_in(y_data, y_bytes, R.threads)
+    with nogil:
+        if in_code == 0:
+            rc = forward_in(&L, &R, mode, eps, has_y, out_code, <half_t*>NULL)
+        elif in_code == 1:
+            rc = forward_in(&L, &R, mode, eps, has_y, out_code, <float*>NULL)
+        else:
+            rc = forward_in(&L, &R, mode, eps, has_y, out_code, <double*>NULL)
+    if rc != 0:
+        raise MemoryError("fastnorm: could not allocate scratch memory")
+    return 0
+
+
+def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, double eps,
+            int nthreads, bint fresh=False):
+    """One forward call: x (float16/32/64, aligned, native byte order); y an
+    output of x's shape or None; gamma, beta float64 arrays of x.ndim
+    dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
+    keepdims layout (outputs, or inputs for mode 'given'), both None when
+    the caller wants y alone (modes 'center' and 'rms'), and s2 a third one
+    for the variance (mode 'center') or None; reduced a tuple of bools, one
+    per axis of x; fresh: y was just allocated (its pages not yet touched).
+    Nothing is copied."""
+    run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh)
+
+
+cdef dict route_dict(const Route* R, const Layout* L):
+    return {"pattern": PATTERNS[R.pattern], "schedule": WAYS[R.way], "threads": R.threads,
+            "streams": bool(R.stream), "descending": bool(R.descend),
+            "float32_pass": bool(R.f32), "rows_pass": bool(R.rows_out),
+            "in_cache": bool(R.in_cache), "simd": FN_VARIANT_NAME.decode(),
+            "slices": L.n_slices, "slice_length": L.slice_len}
+
+
+def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
+                    int nthreads, bint fresh=False):
+    """The route forward() would take with these arguments, as a dict;
+    nothing is run."""
+    cdef Layout L
+    cdef Route R
+    forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
+    return route_dict(&R, &L)
+
+
+cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarray x,
+                        cnp.ndarray dx, cnp.ndarray gamma, cnp.ndarray mean, cnp.ndarray rstd,
+                        cnp.ndarray dgamma, cnp.ndarray dbeta, tuple reduced, int mode,
+                        int nthreads, bint fresh) except -1:
+    """The layout, route and gradient record of a backward call."""
+    cdef int in_code = type_code(x)
+    if type_code(dy) != in_code:
+        raise TypeError("dy and x must have the same dtype")
+    # Slots: x, dx (output), gamma (its strides also address the gradient
+    # buffers), dy (the beta slot), statistics.
+    make_layout(L, x, (dx, gamma, dy, mean, rstd, None), reduced)
+    route_backward(R, L, in_code, nthreads, fresh,
+                   cnp.PyArray_IS_C_CONTIGUOUS(dx) or cnp.PyArray_IS_F_CONTIGUOUS(dx),
+                   x.nbytes, dx.nbytes)
+    g.L = L
+    g.R = R
+    g.mode = mode
+    g.group = 1
+    g.inv_n = 1.0 / <double>L.slice_len
+    g.n_param = gamma.size
+    g.gamma = <const char*>cnp.PyArray_DATA(gamma)
+    g.dgamma = <char*>cnp.PyArray_DATA(dgamma)
+    g.dbeta = <char*>cnp.PyArray_DATA(dbeta)
+    # make_layout may have walked negative x strides forwards, moving gamma's
+    # base; the partial buffers (gamma's layout) move the same way.
+    g.gshift = L.base[OP_G] - g.gamma
+    g.gamma = <const char*>L.base[OP_G]
+    return 0
+
+
+def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
+             cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
+             tuple reduced, int mode, int nthreads, bint fresh=False):
+    """One backward call.  dy and x share a float dtype; dx has x's shape;
+    gamma, dgamma, dbeta are C-contiguous float64 arrays of one keepdims shape
+    (gamma all ones where the forward had none); mean and rstd C-contiguous
+    float64 in keepdims layout (mean zeros for RMS).  fresh: dx was just
+    allocated (its pages are not yet touched)."""
+    cdef Layout L
+    cdef Route R
+    cdef Grad g
+    cdef int rc, in_code = type_code(x), out_code = type_code(dx)
+    cdef char* dx_data
+    cdef Py_ssize_t dx_bytes
+    backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode,
+                   nthreads, fresh)
+    schedule_for(x.nbytes, R.guided)
+    if R.fault_in:
+        # (a fresh dx streamed is written channel by channel: each thread
+        # faults its own pages in, see fn_fault_in)
+        dx_data = <char*>cnp.PyArray_DATA(dx)
+        dx_bytes = dx.nbytes
+        with nogil:
+            fn_fault_in(dx_data, dx_bytes, R.threads)
+    with nogil:
+        if in_code == 0:
+            rc = backward_in(&g, out_code, <half_t*>NULL)
+        elif in_code == 1:
+            rc = backward_in(&g, out_code, <float*>NULL)
+        else:
+            rc = backward_in(&g, out_code, <double*>NULL)
+    if rc != 0:
+        raise MemoryError("fastnorm: could not allocate scratch memory")
+
+
+def explain_backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
+                     cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma,
+                     cnp.ndarray dbeta, tuple reduced, int mode, int nthreads,
+                     bint fresh=False):
+    """The route backward() would take, as a dict; nothing is run."""
+    cdef Layout L
+    cdef Route R
+    cdef Grad g
+    backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode,
+                   nthreads, fresh)
+    return route_dict(&R, &L)
+
+
+def layout_pattern(cnp.ndarray x, tuple reduced):
+    """'columns' or 'slices': the innermost axis kept or reduced."""
+    cdef Layout L
+    make_layout(&L, x, (None, None, None, None, None, None), reduced)
+    return "columns" if L.columns else "slices"
+
+
+
+def cpu_features():
+    """Instruction-set levels this CPU (and OS) supports."""
+    return {"x86-64-v3": bool(fn_cpu_has_x86_64_v3()),
+            "x86-64-v4": bool(fn_cpu_has_x86_64_v4())}
+
+
+def build_info():
+    return {
+        "variant": FN_VARIANT_NAME.decode(),
+        "compiler": FN_COMPILER.decode(),
+        "openmp": bool(FN_OPENMP),
+        "vector_bits": FN_W * 64,
+        "welford_lanes": FN_W * FN_NV,
+    }
+
+
+def max_threads():
+    """OpenMP's current default team size (honours OMP_NUM_THREADS and
+    threadpoolctl's limits)."""
+    return omp_get_max_threads()
+

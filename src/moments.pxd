@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # The statistics core: Welford updates within a block, Chan et al.'s merge
 # across blocks, lanes and threads.  Everything accumulates in float64.
 #
@@ -25,7 +26,7 @@
 
 from simd cimport *
 from plan cimport FN_NV, FN_NVC, ROW_ACCS, STATS_AHEAD
-from fetch cimport ahead_steps, fetch_lines
+from fetch cimport Ahead, ahead_step, ahead_steps, fetch_lines
 
 cdef struct Moments:
     double n       # number of values
@@ -41,20 +42,46 @@ cdef inline Moments moments_empty() noexcept nogil:
     return m
 
 
+cdef inline void chan(double na, double* mean, double* m2, double nb, double mean_b,
+                      double m2_b) noexcept nogil:
+    """Chan, Golub & LeVeque's pairwise update: the moments of na values
+    (mean, m2) and of nb more (mean_b, m2_b) as the moments of all, into
+    mean and m2.  The only merge of moments in fastnorm: blocks, lanes of
+    unequal counts, threads, row blocks of columns, Dask chunks."""
+    cdef double d = mean_b - mean[0], f = nb / (na + nb)
+    mean[0] = mean[0] + d * f
+    m2[0] = m2[0] + m2_b + d * d * na * f
+
+
 cdef inline void moments_merge(Moments* a, const Moments* b) noexcept nogil:
-    """Fold b into a (Chan, Golub & LeVeque's pairwise update)."""
-    cdef double n, d, f
+    """Fold b into a (chan); an empty part is skipped (its mean is undefined)."""
     if b.n == 0.0:
         return
     if a.n == 0.0:
         a[0] = b[0]
         return
-    n = a.n + b.n
-    d = b.mean - a.mean
-    f = b.n / n
-    a.mean = a.mean + d * f
-    a.m2 = a.m2 + b.m2 + d * d * a.n * f
-    a.n = n
+    chan(a.n, &a.mean, &a.m2, b.n, b.mean, b.m2)
+    a.n = a.n + b.n
+
+
+cdef inline Moments merge_equal(const double* mean, const double* m2, Py_ssize_t k,
+                                double n) noexcept nogil:
+    """k parts of n values each (mean[i], m2[i]) as one: the mean of the
+    means, and the parts' M2 plus the spread of their means (chan's formula
+    with equal weights, the parts side by side)."""
+    cdef Moments out
+    cdef double s = 0.0, q = 0.0, dev = 0.0, d
+    cdef Py_ssize_t i
+    for i in range(k):
+        s = s + mean[i]
+        q = q + m2[i]
+    out.n = n * <double>k
+    out.mean = s / <double>k
+    for i in range(k):
+        d = mean[i] - out.mean
+        dev = dev + d * d
+    out.m2 = q + n * dev
+    return out
 
 
 cdef inline void welford_step(fn_vd y, fn_vd r, fn_vd* mean, fn_vd* m2) noexcept nogil:
@@ -331,6 +358,153 @@ cdef inline Moments square_sums(const char* x, Py_ssize_t stride, Py_ssize_t n,
         # way, so that non-finite data gives what it gives elsewhere
         return scalar_moments(x, stride, n, 0.0, kind)
     return out
+
+
+# ---------------------------------------------------------------------------
+# Columns: the Welford update vectorized across contiguous columns, one row
+# at a time, in strips of FN_NVC vectors whose accumulators stay in
+# registers while they sweep down the rows (float16/float32 columns: shifted
+# sums about each column's first value instead, folded into moments every
+# SUM_ROWS rows at most).
+
+cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
+                               Py_ssize_t k0, const double* pivot, double* mean, double* m2,
+                               Ahead* ahead, in_t* ki) noexcept nogil:
+    """Welford over nrows rows (rs bytes apart) of FN_NVC vectors of
+    contiguous columns, continuing from k0 rows already in mean/m2.  The accumulators live in
+    registers for the whole sweep, so each value costs its load and four
+    vector operations.  Each row also moves the prefetch cursor on.
+
+    float16/float32 columns take shifted sums instead (see the top of
+    _moments.pxd), about `pivot`, their centres: mean/m2 hold the sums of
+    x - centre and of its squares until fold_sums.  A Welford update waits
+    for the last one (four dependent operations a row); a sum waits for one
+    addition."""
+    cdef fn_vd mu[FN_NVC]
+    cdef fn_vd q[FN_NVC]
+    cdef fn_vd piv[FN_NVC]
+    cdef fn_vd r, d
+    cdef const char* row
+    cdef Py_ssize_t k
+    cdef Ahead a = ahead[0]       # a local: its fields stay in registers
+    cdef int v
+    for v in range(FN_NVC):
+        mu[v] = fn_load_f64(mean + v * FN_W)
+        q[v] = fn_load_f64(m2 + v * FN_W)
+        piv[v] = fn_load_f64(pivot + v * FN_W)
+    for k in range(nrows):
+        row = x + k * rs
+        ahead_step(&a)
+        if in_t is not double:
+            for v in range(FN_NVC):
+                d = fn_sub(vload(row + v * FN_W * <Py_ssize_t>sizeof(in_t), sizeof(in_t), ki), piv[v])
+                mu[v] = fn_add(mu[v], d)
+                q[v] = fn_fma(d, d, q[v])
+            continue
+        r = fn_set1(1.0 / <double>(k0 + k + 1))
+        for v in range(FN_NVC):
+            welford_step(shifted(vload(row + v * FN_W * <Py_ssize_t>sizeof(in_t), sizeof(in_t), ki),
+                                     piv[v], ki), r,
+                         &mu[v], &q[v])
+    for v in range(FN_NVC):
+        fn_store_f64(mean + v * FN_W, mu[v])
+        fn_store_f64(m2 + v * FN_W, q[v])
+    ahead[0] = a
+    # (Contiguous columns only, no stride among the arguments: out of line,
+    # a stride kept a pointer per vector and pushed the counter to memory.
+    # Strided columns go through edge_welford.)
+
+
+cdef inline void edge_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t nrows,
+                              Py_ssize_t k0, Py_ssize_t v0, Py_ssize_t lo, Py_ssize_t hi,
+                              const double* pivot, double* mean, double* m2,
+                              in_t* ki) noexcept nogil:
+    """strip_welford for the columns lo .. hi of a sweep that no strip
+    covers (fewer than a strip): up to FN_NVC vectors of columns from
+    column v0 <= lo on, each lane outside lo .. hi left as it was.  The
+    vectors' columns are the tile's (x[v0] up to x[v0 + vectors * FN_W]),
+    so every load reads the tile's own bytes; one sweep for them all keeps
+    their update chains side by side, as in a strip."""
+    cdef fn_vd mu[FN_NVC]
+    cdef fn_vd q[FN_NVC]
+    cdef fn_vd piv[FN_NVC]
+    cdef fn_vd keep[FN_NVC]
+    cdef fn_vd r, d, old_mu, old_q
+    cdef Py_ssize_t col[FN_NVC]
+    cdef const char* row
+    cdef Py_ssize_t k
+    cdef int v, nv = <int>((hi - v0 + FN_W - 1) // FN_W)
+    for v in range(FN_NVC):
+        # Vectors past the last: a copy of the first, masked out, not stored.
+        col[v] = v0 + v * FN_W if v < nv else v0
+        keep[v] = fn_lane_mask(lo - col[v], hi - col[v]) if v < nv else fn_lane_mask(0, 0)
+        mu[v] = fn_load_f64(mean + col[v])
+        q[v] = fn_load_f64(m2 + col[v])
+        piv[v] = fn_load_f64(pivot + col[v])
+    for k in range(nrows):
+        row = x + k * rs
+        if in_t is not double:
+            # Shifted sums: a lane masked out adds +0.0 to both.
+            for v in range(FN_NVC):
+                d = fn_masked(fn_sub(vload(row + col[v] * sx, sx, ki), piv[v]), keep[v])
+                mu[v] = fn_add(mu[v], d)
+                q[v] = fn_fma(d, d, q[v])
+            continue
+        r = fn_set1(1.0 / <double>(k0 + k + 1))
+        for v in range(FN_NVC):
+            old_mu = mu[v]
+            old_q = q[v]
+            welford_step(shifted(vload(row + col[v] * sx, sx, ki), piv[v], ki), r,
+                         &mu[v], &q[v])
+            mu[v] = fn_select(keep[v], mu[v], old_mu)
+            q[v] = fn_select(keep[v], q[v], old_q)
+    for v in range(FN_NVC):
+        if v < nv:
+            fn_store_f64(mean + col[v], mu[v])
+            fn_store_f64(m2 + col[v], q[v])
+
+
+cdef inline Py_ssize_t line_head(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t width,
+                                 in_t* ki) noexcept nogil:
+    """Columns before the first that starts a cache line in every row (0
+    when rows differ in that or the tile is too narrow to gain): strips
+    from there read whole lines.  A strip a line off reads one more line
+    per row, which the next strip reads again (NumPy's large arrays start
+    16 bytes past a line)."""
+    cdef Py_ssize_t off = <Py_ssize_t>(<size_t>x % 64), head
+    if sx != sizeof(in_t) or rs % 64 != 0 or off == 0 or off % sizeof(in_t) != 0:
+        return 0
+    head = (64 - off) // <Py_ssize_t>sizeof(in_t)
+    if width - head < 2 * FN_NVC * FN_W:
+        return 0
+    return head
+
+
+cdef inline void fold_sums(Py_ssize_t width, const double* centre, Py_ssize_t nb,
+                           Py_ssize_t na, double* s1, double* s2, double* mean,
+                           double* m2) noexcept nogil:
+    """nb rows of float16/float32 columns, given as shifted sums (s1 of x -
+    centre, s2 of its squares), as moments: mean = centre + S1 / n, M2 = S2 -
+    S1**2 / n (negative only by rounding, NaN kept), merged into the moments
+    of the na rows before them (chan) or, with na = 0, written as they are
+    (s1 and s2 may then be mean and m2 themselves).  Separate sums are
+    zeroed for the next rows."""
+    cdef Py_ssize_t c
+    cdef double n = <double>nb, a, q
+    for c in range(width):
+        a = s1[c] / n
+        q = s2[c] - s1[c] * a
+        if q < 0.0:
+            q = 0.0
+        a = centre[c] + a
+        if na == 0:
+            mean[c] = a
+            m2[c] = q
+        else:
+            chan(<double>na, &mean[c], &m2[c], n, a, q)
+        if s1 != mean:
+            s1[c] = 0.0
+            s2[c] = 0.0
 
 
 cdef inline double pick_pivot(double first, in_t* kind) noexcept nogil:

@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # The planner: from any call to an access pattern and a route.
 #
 # A call is a set of operands that share x's shape (x, the output y, gamma,
@@ -20,6 +21,8 @@
 
 cimport numpy as cnp
 from libc.string cimport memcpy, memmove
+
+from simd cimport FN_HAVE_F32, FN_W, FN_WF
 
 cdef extern from "tuning.h":
     enum:
@@ -89,6 +92,19 @@ cdef inline void schedule_for(Py_ssize_t x_bytes, bint guided) noexcept nogil:
     x_bytes bytes of x: static up to SAME_SPLIT_BYTES (each thread finds its
     part where it left it), else guided, or one item at a time (dynamic)."""
     fn_set_schedule(x_bytes <= SAME_SPLIT_BYTES, guided)
+
+cdef enum:
+    # what a forward call computes
+    MODE_STATS = 0       # per-slice mean and M2 only (mean_var)
+    MODE_CENTER = 1      # statistics, then y = (x - mean) * rstd * gamma + beta
+    MODE_RMS = 2         # statistics, then y = x * rstd * gamma (+ beta), rstd from mean(x**2)
+    MODE_GIVEN = 3       # no statistics: mean and rstd are inputs (batch norm eval)
+
+cdef enum:
+    # what a gradient computes
+    GRAD_CENTER = 0      # dx = r (gd - A/n - xhat B/n), A = sum(gd), B = sum(gd xhat)
+    GRAD_RMS = 1         # the same with mean 0 and A = 0
+    GRAD_SCALE = 2       # dx = r gd (batch norm in eval mode)
 
 cdef enum:
     MAX_DIMS = 64
@@ -369,3 +385,271 @@ cdef inline int type_code(cnp.ndarray a) except -1:
     if t == cnp.NPY_DOUBLE:
         return 2
     raise TypeError(f"kernel got dtype {a.dtype}")
+
+
+# ---------------------------------------------------------------------------
+# Routes: which schedule a call takes, decided here once (the schedules
+# follow the route; explain() reports it).
+
+cdef enum:
+    # access patterns
+    SLICES = 0        # the innermost axis is reduced
+    IMAGES = 1        # slices of several runs that interleave (NCHW channels)
+    COLUMNS = 2       # the innermost axis is kept
+
+cdef enum:
+    # ways within a pattern
+    WAY_ROWS = 0      # short contiguous rows, a vector of rows at a time
+    WAY_LANES = 1     # short (or strided) slices, copied side by side
+    WAY_WHOLE = 2     # whole slices, one thread each: statistics, then output
+    WAY_SPLIT = 3     # a few long slices cut into blocks for the threads
+    WAY_IMAGES = 4    # statistics image block by image block, output image by image
+    WAY_CHANNELS = 5  # runs of a few values: columns of the (outer, channels x inner) matrix
+    WAY_TILES = 6     # tiles of columns times blocks of rows
+
+
+cdef struct Route:
+    int pattern
+    int way
+    int threads
+    bint stream          # the output is written around the caches
+    bint descend         # ...from its last slice down (a fresh y written run by run)
+    bint fault_in        # ...its pages faulted in by the threads first
+    bint guided          # large calls share work as threads come free (else dynamic)
+    bint f32             # runs are written in float32 arithmetic (apply.h)
+    bint g_table         # ...with gamma along the run as a float table (else one value a run)
+    bint b_table         # ...and beta
+    bint rows_out        # (ROWS) rows that follow each other are written as one run
+    bint in_cache        # x fits the caches: the grouped rows fetch nothing ahead
+    bint short_runs      # (WHOLE) statistics of several short runs a vector of runs at a time
+    bint images_out      # (CHANNELS) the output image by image, else as columns
+    bint fold            # (TILES) gain and bias the same for every row: folded
+                         # into the columns' coefficients
+    bint fresh           # the output was just allocated
+    Py_ssize_t out_bytes # the output's size
+    Py_ssize_t row_max   # (ROWS) the longest rows, bytes
+    Py_ssize_t batch     # (ROWS, LANES) slices per work item
+    Py_ssize_t inner     # (CHANNELS) values per run
+
+
+cdef inline bint same_for_all(const Layout* L, int k) noexcept nogil:
+    """Whether operand k is the same for every slice."""
+    cdef int j
+    for j in range(L.n_kept):
+        if L.kept[j].stride[k] != 0:
+            return False
+    return True
+
+
+cdef inline bint c_block(const Layout* L, int k, Py_ssize_t size) noexcept nogil:
+    """Whether operand k (elements of `size` bytes) is one C-ordered block
+    of (outer, kept, inner) axes, the kept ones between two reduced ones:
+    a matrix of (outer) rows of (kept x inner) columns."""
+    return (L.n_red == 2 and L.n_kept == 1 and L.red[1].stride[k] == size
+            and L.kept[0].stride[k] == L.red[1].size * size
+            and L.red[0].stride[k] == L.kept[0].size * L.kept[0].stride[k])
+
+
+cdef inline bint channels_fit(const Layout* L, Py_ssize_t isz, Py_ssize_t column_bytes,
+                              Py_ssize_t x_bytes, int op, Py_ssize_t osz) noexcept nogil:
+    """Whether a call of runs of at most INNER_MAX values takes its runs as
+    columns (WAY_CHANNELS): x (and operand op, if not -1, of elements of osz
+    bytes) one C block, enough rows for each column, and the per-column
+    arrays (column_bytes a column) within an eighth of x or
+    COLUMN_ARRAYS_MAX."""
+    cdef Py_ssize_t inner, cols
+    if not c_block(L, OP_X, isz) or (op >= 0 and not c_block(L, op, osz)):
+        return False
+    inner = L.red[1].size
+    cols = L.kept[0].size * inner
+    if not (1 < inner <= INNER_MAX and L.red[0].size * isz >= MIN_COLUMN_BYTES):
+        return False
+    if L.red[0].stride[OP_G] != 0 or L.red[1].stride[OP_G] != 0:
+        return False
+    return cols * column_bytes <= max(<Py_ssize_t>COLUMN_ARRAYS_MAX, x_bytes // 8)
+
+
+cdef inline bint images_fit(const Layout* L, int ops_mask, int params_mask, Py_ssize_t isz,
+                            Py_ssize_t min_run) noexcept nogil:
+    """Whether slices of several runs interleave (run r of slice s + 1 starts
+    where run r of slice s ends) in every operand of ops_mask (bits by
+    operand), runs of min_run to IMAGE_RUN_BYTES / isz contiguous values,
+    the operands of params_mask one value per slice: the channels of NCHW
+    images."""
+    cdef Py_ssize_t run_len, run_bytes
+    cdef int a, k
+    if L.columns or L.n_kept != 1 or L.n_red < 2:
+        return False
+    run_len = L.red[L.n_red - 1].size
+    run_bytes = run_len * isz
+    if run_len < min_run or run_bytes > IMAGE_RUN_BYTES:
+        return False
+    for k in range(N_OPS):
+        if ops_mask & (1 << k) and (L.red[L.n_red - 1].stride[k] != isz
+                                     or L.kept[0].stride[k] != run_bytes):
+            return False
+    for a in range(L.n_red):
+        for k in range(N_OPS):
+            if params_mask & (1 << k) and L.red[a].stride[k] != 0:
+                return False
+    return True
+
+
+cdef inline Py_ssize_t code_size(int t) noexcept nogil:
+    """Bytes of an element of type code t (0, 1, 2: float16/32/64)."""
+    return 2 if t == 0 else (4 if t == 1 else 8)
+
+
+cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, int xt, int yt,
+                              int nthreads, bint fresh, bint y_contiguous, Py_ssize_t x_bytes,
+                              Py_ssize_t y_bytes) noexcept nogil:
+    """Decide how a forward call runs (xt, yt: the element codes of x and y,
+    code_size)."""
+    cdef Py_ssize_t isz = code_size(xt), run_len, n_runs = 1, row_bytes
+    cdef Py_ssize_t cached_bytes, cached_row
+    cdef const Axis* inner
+    cdef bint contiguous, f32
+    cdef int a
+    R.threads = 1 if L.n_slices * L.slice_len < PARALLEL_MIN else nthreads
+    R.stream = has_y and stream_output(L, y_bytes, STREAM_MIN_BYTES, fresh)
+    R.descend = R.stream and fresh
+    R.fault_in = R.descend and R.threads > 1 and y_contiguous
+    R.guided = True
+    R.f32 = R.g_table = R.b_table = R.rows_out = R.in_cache = False
+    R.short_runs = R.images_out = False
+    R.row_max = SHORT_ROW_BYTES
+    R.batch = SHORT_BATCH
+    R.inner = 0
+    R.fold = False
+    R.fresh = fresh
+    R.out_bytes = y_bytes
+    if L.columns:
+        R.pattern = COLUMNS
+        R.way = WAY_TILES
+        R.fold = True
+        for a in range(L.n_red):
+            if L.red[a].stride[OP_G] != 0 or L.red[a].stride[OP_B] != 0:
+                R.fold = False
+        # The float32 pass, with gain and bias folded or one value a row.
+        inner = &L.kept[L.n_kept - 1]
+        R.f32 = (FN_HAVE_F32 and has_y and xt == 1 and yt == 1 and inner.stride[OP_X] == 4
+                 and inner.stride[OP_Y] == 4
+                 and (R.fold or (inner.stride[OP_G] == 0 and inner.stride[OP_B] == 0)))
+        return 0
+    # Runs of a few values, their channels a block between reduced axes:
+    # statistics of float16/float32 data (exact as column means), or any
+    # data's output with the statistics given, go as columns.
+    if (mode != MODE_RMS and (xt != 2 or mode == MODE_GIVEN)
+            and channels_fit(L, isz, FORWARD_COLUMN_BYTES, x_bytes, OP_Y if has_y else -1,
+                             code_size(yt))):
+        R.images_out = (has_y and xt == yt and xt != 0 and L.red[0].size > 1
+                        and L.red[1].size >= IMAGES_INNER_MIN)
+        if not (mode == MODE_GIVEN and R.images_out):
+            R.pattern = IMAGES
+            R.way = WAY_CHANNELS
+            R.inner = L.red[1].size
+            R.descend = R.fault_in = False
+            return 0
+    inner = &L.red[L.n_red - 1]
+    run_len = inner.size
+    for a in range(L.n_red - 1):
+        n_runs *= L.red[a].size
+    row_bytes = run_len * isz
+    contiguous = inner.stride[OP_X] == isz
+    # float32 in and out, contiguous runs, gain and bias each one value a
+    # run or a table along it shared by every slice: the float32 pass.
+    if FN_HAVE_F32 and has_y and xt == 1 and yt == 1 and contiguous and inner.stride[OP_Y] == 4:
+        f32 = True
+        for a in range(OP_G, OP_B + 1):
+            if inner.stride[a] != 0 and not (inner.stride[a] == 8 and L.n_red == 1
+                                             and same_for_all(L, a)):
+                f32 = False
+        R.f32 = f32
+        R.g_table = f32 and inner.stride[OP_G] != 0
+        R.b_table = f32 and inner.stride[OP_B] != 0
+    cached_bytes = CACHED_BYTES_F64 if xt == 2 else CACHED_BYTES
+    cached_row = CACHED_ROW_BYTES_F64 if xt == 2 else CACHED_ROW_BYTES
+    if n_runs == 1 and L.n_slices * row_bytes <= cached_bytes:
+        R.in_cache = True
+        if mode != MODE_RMS:
+            R.row_max = cached_row
+            # whole groups of FN_W rows (a group of fewer costs as much)
+            R.batch = min(<Py_ssize_t>SHORT_BATCH,
+                          max(<Py_ssize_t>FN_W, CACHED_BATCH_BYTES // row_bytes // FN_W * FN_W))
+    R.short_runs = (n_runs > 1 and mode != MODE_GIVEN and run_len >= SHORT_RUN_MIN
+                    and row_bytes <= SHORT_ROW_BYTES and contiguous)
+    # Interleaved slices go image by image (float32 through the float32
+    # pass with one gain a slice, float64 in and out).
+    if has_y and n_runs > 1 and xt == yt and (
+            (xt == 1 and R.f32 and not R.g_table and not R.b_table and run_len >= FN_WF)
+            or (xt == 2 and run_len >= FN_W)) and images_fit(L, (1 << OP_X) | (1 << OP_Y), (1 << OP_G) | (1 << OP_B), isz, 1):
+        R.pattern = IMAGES
+        R.way = WAY_IMAGES
+        return 0
+    R.pattern = SLICES
+    if n_runs == 1 and run_len >= SHORT_ROW_MIN and row_bytes <= R.row_max and contiguous:
+        R.way = WAY_ROWS
+        # Rows that follow each other, gain and bias the same for every row:
+        # one pass over the item's rows (float32 and float64 in and out).
+        R.rows_out = (has_y and L.n_kept == 1 and L.n_red == 1 and xt == yt and xt != 0
+                      and inner.stride[OP_Y] == isz
+                      and L.kept[0].stride[OP_X] == row_bytes
+                      and L.kept[0].stride[OP_Y] == row_bytes
+                      and same_for_all(L, OP_G) and same_for_all(L, OP_B)
+                      and inner.stride[OP_G] in (0, 8) and inner.stride[OP_B] in (0, 8)
+                      and (FN_WF <= 2 * run_len if xt == 1 else FN_W <= run_len))
+        if xt == 1 and not R.f32:
+            R.rows_out = False
+    elif n_runs == 1 and run_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
+        R.way = WAY_LANES
+    elif R.short_runs or R.threads <= 1 or L.n_slices >= 2 * R.threads:
+        R.way = WAY_WHOLE
+    else:
+        R.way = WAY_SPLIT
+    return 0
+
+
+cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, bint fresh,
+                               bint dx_contiguous, Py_ssize_t x_bytes,
+                               Py_ssize_t dx_bytes) noexcept nogil:
+    """Decide how a gradient runs: x and dy of element code xt, dx of x's
+    type in the output slot (OP_Y), dy in the bias slot (OP_B)."""
+    cdef Py_ssize_t isz = code_size(xt)
+    cdef int a
+    R.threads = 1 if L.n_slices * L.slice_len < PARALLEL_MIN else nthreads
+    R.stream = stream_output(L, dx_bytes, STREAM_MIN_BYTES, fresh)
+    R.descend = False
+    R.fault_in = R.stream and fresh and R.threads > 1 and dx_contiguous
+    R.guided = False
+    R.f32 = R.g_table = R.b_table = R.rows_out = R.in_cache = False
+    R.short_runs = R.images_out = False
+    R.row_max = 0
+    R.batch = 0
+    R.inner = 0
+    R.fold = False
+    R.fresh = fresh
+    R.out_bytes = dx_bytes
+    if L.columns:
+        R.pattern = COLUMNS
+        R.way = WAY_TILES
+        return 0
+    # Runs of a few values as columns, up to the run length from which the
+    # image order is faster.
+    if (channels_fit(L, isz, GRADIENT_COLUMN_BYTES, x_bytes, OP_Y, isz)
+            and c_block(L, OP_B, isz) and L.red[1].size < IMAGES_INNER_MIN):
+        R.pattern = IMAGES
+        R.way = WAY_CHANNELS
+        R.inner = L.red[1].size
+        return 0
+    if images_fit(L, (1 << OP_X) | (1 << OP_Y) | (1 << OP_B), 1 << OP_G, isz, 1):
+        R.pattern = IMAGES
+        R.way = WAY_IMAGES
+        return 0
+    R.pattern = SLICES
+    R.way = WAY_WHOLE
+    # Single contiguous runs along which gamma lies, the same for every
+    # slice (layer norm): rows a few at a time share the parameter sums.
+    if (L.n_red == 1 and L.red[0].stride[OP_X] == isz and L.red[0].stride[OP_B] == isz
+            and L.red[0].stride[OP_G] == 8 and same_for_all(L, OP_G)):
+        R.way = WAY_ROWS
+    return 0

@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # Scratch memory kept from one call to the next (see scratch.h):
 # the kernels' malloc, calloc and free.
 

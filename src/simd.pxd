@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # Vector primitives (simd.h) and the fused-type adapters that let
 # each kernel be written once for float16, float32 and float64 data.
 
@@ -40,42 +41,50 @@ cdef extern from "simd.h" nogil:
     void fn_stream_f32(float* p, fn_vd v)
     void fn_stream_f64(double* p, fn_vd v)
     void fn_sfence()
-    void fn_normalize_f32(const float* x, float* y, const float* g, Py_ssize_t g_inc,
-                          const float* b, Py_ssize_t b_inc, Py_ssize_t n,
-                          float m, float s, float e, int stream, int down, const char* ahead)
-    void fn_normalize_cols_f32(const float* x, float* y, const float* m, const float* s,
-                               const float* e, Py_ssize_t n, float g, float b, int stream,
-                               const char* ahead)
-    void fn_fault_in(char* p, Py_ssize_t nbytes, int nthreads)
-    void fn_normalize_rows_f32(const float* x, float* y, Py_ssize_t rows, Py_ssize_t n,
-                               const float* g, const float* b, const float* m, const float* s,
-                               const float* e, int stream)
-    void fn_normalize_rows_f64(const double* x, double* y, Py_ssize_t rows, Py_ssize_t n,
-                               const double* g, const double* b, const double* p,
-                               const double* h, const double* s, int stream)
-    void fn_normalize_periodic_f32(const float* x, float* y, Py_ssize_t total, const float* m,
-                                   const float* s, const float* e, Py_ssize_t n, int stream)
-    void fn_grad_cols_f32(const float* x, const float* dy, float* dx, const float* m,
-                          const float* k1, const float* k2, const float* k0, Py_ssize_t n,
-                          int stream)
-    void fn_affine_rows_f64(const double* x, const double* dy, double* out, Py_ssize_t rows,
-                            Py_ssize_t n, const double* m, const double* k1, const double* k2,
-                            const double* k0, int stream)
-    void fn_grad_rows_f32(const float* x, const float* dy, float* dx, Py_ssize_t rows,
-                          Py_ssize_t n, const float* m, const float* k1, const float* k2,
-                          const float* k0, int stream)
-    void fn_grad_run_f32(const float* x, const float* dy, float* dx, const float* g,
-                         Py_ssize_t g_inc, float r, float m, float k2, float k0, Py_ssize_t n,
-                         int stream, const char* x_ahead, const char* dy_ahead)
-
     double fn_sum_rounded(double a, double b)
     double fn_half_to_double(half_t h)
     half_t fn_double_to_half(double v)
 
+    void fn_fault_in(char* p, Py_ssize_t nbytes, int nthreads)
     int fn_cpu_has_x86_64_v3()
     int fn_cpu_has_x86_64_v4()
     int omp_get_max_threads()
     int omp_get_num_procs()
+
+
+cdef extern from "apply.h" nogil:
+    enum:
+        FN_HAVE_F32
+        FN_PLAIN
+        FN_GAIN
+        FN_GRAD
+    void fn_run_f(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t n,
+                  float m, float k2, float k0, float k1, const float* g, Py_ssize_t gi,
+                  const float* b, Py_ssize_t bi, int kind, int stream, int down,
+                  const char* ahead, const char* dy_ahead, Py_ssize_t dist)
+    void fn_run_d(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t n,
+                  double m, double k2, double k0, double k1, const double* g, Py_ssize_t gi,
+                  const double* b, Py_ssize_t bi, int kind, int stream, int down,
+                  const char* ahead, const char* dy_ahead, Py_ssize_t dist)
+    void fn_values_f(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t total,
+                     Py_ssize_t n, const float* m, const float* k2, const float* k0,
+                     const float* k1, float g, float b, int kind, int stream, const char* ahead)
+    void fn_values_d(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t total,
+                     Py_ssize_t n, const double* m, const double* k2, const double* k0,
+                     const double* k1, double g, double b, int kind, int stream,
+                     const char* ahead)
+    void fn_rows_f(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t rows,
+                   Py_ssize_t n, const float* m, const float* k2, const float* k0,
+                   const float* k1, const float* g, const float* b, int kind, int stream)
+    void fn_rows_d(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t rows,
+                   Py_ssize_t n, const double* m, const double* k2, const double* k0,
+                   const double* k1, const double* g, const double* b, int kind, int stream)
+    void fn_strided(const char* x, Py_ssize_t sx, int xt, char* y, Py_ssize_t sy, int yt,
+                    const char* g, Py_ssize_t sg, const char* b, Py_ssize_t sb, Py_ssize_t n,
+                    double m, double k2, double k0)
+    void fn_strided_grad(const char* x, Py_ssize_t sx, const char* dy, Py_ssize_t sdy, int xt,
+                         char* dx, Py_ssize_t sdx, int yt, const char* g, Py_ssize_t sg,
+                         Py_ssize_t n, double m, double r, double a, double b)
 
 
 # The element types of data that is read (in_t) and written (out_t).

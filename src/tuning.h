@@ -121,8 +121,9 @@
 #define FN_OUT_CHUNK 1024
 #define FN_OUT_ROWS 8
 /* float64 rows that follow each other are one run with periodic
- * coefficients while those take at most this many bytes (L1). */
-#define FN_PERIODIC_BYTES (24 << 10)
+ * coefficients while those (3 doubles a column) take at most this many
+ * bytes: beside the stream they must stay in L1; wider rows go in chunks. */
+#define FN_PERIODIC_BYTES (18 << 10)
 /* Rows of at least this many values hold their coefficients along the row
  * (float64: half); shorter ones pay the held loop's set-up per row. */
 #define FN_ROWS_HELD 128

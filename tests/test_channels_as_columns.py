@@ -1,10 +1,11 @@
 """Batch norm over (N, C, *short spatial axes*): the per-channel statistics
 are taken over the columns of the (N, C * inner) matrix and merged per
-channel (fastnorm/_regroup.py).
+channel (the "channels" schedule of the images pattern).
 
-Every test first checks that the call takes that way (or, where it must
-not, that it does not), then compares with float64 references written out
-in tests/reference.py, or with the kernels' own way (INNER_MAX = 0).
+Every test first checks that the call takes that way (fastnorm.explain; or,
+where it must not, that it does not), then compares with float64 references
+written out in tests/reference.py, or with x in a layout the channels way
+does not take (not one C block).
 """
 import math
 
@@ -14,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fastnorm
-from fastnorm import _regroup
+from fastnorm import _dispatch
 from checks import check_batch_norm
 from reference import (assert_bitwise, assert_close, moments, ref_layer_norm, ref_mean_var,
                        ref_norm_grads, ref_running_update, tiny)
@@ -23,18 +24,35 @@ from strategies import OUT_MODES, PARAM_KINDS, STATS_OUT, VALUE_KINDS
 LD = np.longdouble
 
 
-def _taken(shape, dtype, axes, mode="center", gamma=None):
+K = _dispatch.kernels
+
+
+def _taken(shape, dtype, axes, mode="center", gamma=None, out=None):
     """Whether a C-contiguous x of this shape takes the columns way."""
-    x = np.empty(shape, dtype)
-    return _regroup.plan(x, tuple(sorted(axes)), mode, gamma, None, None) is not None
+    x = np.ones(shape, dtype)
+    axes = tuple(sorted(axes))
+    if mode == "stats":
+        route = fastnorm.explain(fastnorm.mean_var, x, axis=axes)
+    elif mode == "given":
+        kept = tuple(s for i, s in enumerate(shape) if i not in axes)
+        route = fastnorm.explain(fastnorm.batch_norm, x, None, None, np.zeros(kept),
+                                 np.ones(kept), training=False, axis=axes)
+    else:
+        route = fastnorm.explain(fastnorm.layer_norm, x, gamma, axis=axes, out=out)
+    return route["schedule"] == "channels"
 
 
-@pytest.fixture
-def kernels_way(monkeypatch):
-    """Within the test, calls take the kernels' own way."""
-    def off():
-        monkeypatch.setattr(_regroup, "INNER_MAX", 0)
-    return off
+def _grad_taken(dy, x, mean, rstd, gamma, training=True):
+    return fastnorm.explain(fastnorm.batch_norm_backward, dy, x, mean, rstd, gamma,
+                            training=training)["schedule"] == "channels"
+
+
+def own_way(a):
+    """a's values in a layout the channels way does not take (each row a
+    value longer than its values): the kernels' own way."""
+    pad = np.empty(a.shape[:-1] + (a.shape[-1] + 1,), a.dtype)
+    pad[..., :-1] = a
+    return pad[..., :-1]
 
 
 @st.composite
@@ -42,10 +60,10 @@ def short_inner_specs(draw, dtypes=("float16", "float32"), training=(True, False
     """check_batch_norm's spec for (N, C, inner...) with N rows enough and
     inner values few enough for the columns way (when x is C-ordered)."""
     dtype = draw(st.sampled_from(dtypes))
-    min_rows = _regroup.MIN_COLUMN_BYTES // np.dtype(dtype).itemsize
+    min_rows = K.channels_min_column_bytes // np.dtype(dtype).itemsize
     inner = draw(st.lists(st.integers(1, 10), min_size=1, max_size=2)
-                 .filter(lambda s: 1 < math.prod(s) <= _regroup.INNER_MAX))
-    shape = (draw(st.integers(min_rows, min_rows + 40)), draw(st.integers(1, 9)), *inner)
+                 .filter(lambda s: 1 < math.prod(s) <= K.channels_inner_max))
+    shape = (draw(st.integers(min_rows, min_rows + 40)), draw(st.integers(2, 9)), *inner)
     s = dict(shape=shape, dtype=dtype, layout="C", values=draw(st.sampled_from(VALUE_KINDS)),
              seed=draw(st.integers(0, 2**32 - 1)),
              req_dtype=draw(st.sampled_from([None, None, "float32", "float64"])))
@@ -74,9 +92,11 @@ def test_batch_norm_short_inner_matches_reference(spec):
 @given(short_inner_specs(dtypes=("float64",), training=(False,)))
 def test_batch_norm_eval_short_inner_float64(spec):
     # With the running statistics given nothing is merged: float64 takes
-    # the columns too (its training statistics do not, see below).
+    # the columns too (its training statistics do not, see below), up to
+    # the run length from which the kernels write image by image.
     axes = tuple(i for i in range(len(spec["shape"])) if i != 1)
-    assert _taken(spec["shape"], spec["dtype"], axes, mode="given")
+    inner = math.prod(spec["shape"][2:])
+    assert _taken(spec["shape"], spec["dtype"], axes, mode="given") == (inner < K.images_inner_min)
     assert not _taken(spec["shape"], spec["dtype"], axes)
     check_batch_norm(spec)
 
@@ -121,7 +141,7 @@ def test_mean_var_short_inner(dtype):
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_short_inner_nonfinite_like_the_kernels(training, kernels_way):
+def test_short_inner_nonfinite_like_the_kernels(training):
     # NaN and inf in some channels: the same NaNs, and the same values
     # elsewhere, as the kernels' own way.
     rng = np.random.default_rng(3)
@@ -132,14 +152,13 @@ def test_short_inner_nonfinite_like_the_kernels(training, kernels_way):
     g, b = rng.uniform(0.5, 2.0, 10), rng.standard_normal(10)
     rm, rv = rng.standard_normal(10), rng.uniform(0.5, 2.0, 10)
     rm[8] = np.nan
-    run = (lambda: fastnorm.batch_norm(x, g, b, training=training, return_stats=True)) \
-        if training else (lambda: fastnorm.batch_norm(x, g, b, rm, rv, training=False,
-                                                       return_stats=True))
+    run = (lambda x: fastnorm.batch_norm(x, g, b, training=training, return_stats=True)) \
+        if training else (lambda x: fastnorm.batch_norm(x, g, b, rm, rv, training=False,
+                                                         return_stats=True))
     assert _taken(x.shape, np.float32, (0, 2, 3))
-    ours = run()
-    kernels_way()
-    assert not _taken(x.shape, np.float32, (0, 2, 3))
-    theirs = run()
+    ours = run(x)
+    assert fastnorm.explain(fastnorm.batch_norm, own_way(x))["schedule"] != "channels"
+    theirs = run(own_way(x))
     for a, b_, what in zip(ours, theirs, ("y", "mean", "rstd")):
         assert_close(a, b_, 1e-5 * (np.abs(b_.astype(np.float64)) + 1), what)
 
@@ -178,26 +197,25 @@ def test_short_inner_other_calls_keep_the_kernels(case):
         x = (2.0 + rng.standard_normal(shape[:-1] + (8,))).astype(dtype)[..., ::2]
     if case == "out-transposed":
         out = np.empty(shape[::-1], dtype).T
-    plan = _regroup.plan(x, axes, "center", None, None, out)
-    assert plan is None, case
+    assert fastnorm.explain(fastnorm.batch_norm, x, axis=axes, out=out)["schedule"] \
+        != "channels", case
     y = fastnorm.batch_norm(x, axis=axes, out=out)
     yr = ref_layer_norm(x, axes)[0]
     assert_close(y, yr, (2e-6 if dtype == np.float32 else 1e-13) * (np.abs(yr) + 1), case)
 
 
-def test_per_column_arrays_stay_small(monkeypatch):
+def test_per_column_arrays_stay_small():
     # The per-column arrays may take an eighth of x (or COLUMN_ARRAYS_MAX):
     # few rows and many columns keep the kernels' own way.
-    monkeypatch.setattr(_regroup, "COLUMN_ARRAYS_MAX", 0)
     rng = np.random.default_rng(9)
-    few = (1.0 + rng.standard_normal((32, 8, 7, 7))).astype(np.float32)
-    many = np.ones((512, 8, 7, 7), np.float32)
+    cols = K.channels_column_arrays_max // 48 + 9      # 48 bytes a column, forward
+    few = (1.0 + rng.standard_normal((32, cols // 9, 3, 3))).astype(np.float32)
+    many = np.ones((1024, cols // 9, 3, 3), np.float32)
     axes = (0, 2, 3)
-    assert _regroup.plan(few, axes, "center", None, None, None) is None
-    assert _regroup.plan(many, axes, "center", None, None, None) is not None
-    assert _regroup.plan_backward(few, axes, few, None, None) is None
-    many = np.ones((512, 8, 3, 3), np.float32)    # gradients: columns below 16 values
-    assert _regroup.plan_backward(many, axes, many, None, None) is not None
+    assert not _taken(few.shape, np.float32, axes)
+    assert _taken(many.shape, np.float32, axes)
+    _, mean, rstd = fastnorm.batch_norm(few, return_stats=True)
+    assert not _grad_taken(few, few, mean, rstd, None)
     y = fastnorm.batch_norm(few)
     yr = ref_layer_norm(few, axes)[0]
     assert_close(y, yr, 2e-6 * (np.abs(yr) + 1), "kept the kernels' way")
@@ -240,12 +258,12 @@ def test_short_inner_in_place():
 @st.composite
 def short_inner_grads(draw):
     dtype = draw(st.sampled_from([np.float16, np.float32, np.float64]))
-    min_rows = _regroup.MIN_COLUMN_BYTES // np.dtype(dtype).itemsize
+    min_rows = K.channels_min_column_bytes // np.dtype(dtype).itemsize
     # Gradients take the columns below IMAGES_INNER_MIN values per run (the
     # kernels go image by image from there: test_images.py).
     inner = draw(st.lists(st.integers(1, 10), min_size=1, max_size=2)
-                 .filter(lambda s: 1 < math.prod(s) < _regroup.IMAGES_INNER_MIN))
-    shape = (draw(st.integers(min_rows, min_rows + 40)), draw(st.integers(1, 9)), *inner)
+                 .filter(lambda s: 1 < math.prod(s) < K.images_inner_min))
+    shape = (draw(st.integers(min_rows, min_rows + 40)), draw(st.integers(2, 9)), *inner)
     return dict(shape=shape, dtype=dtype, training=draw(st.booleans()),
                 gamma=draw(st.sampled_from([None, "named", "broadcast"])),
                 out=draw(st.booleans()), seed=draw(st.integers(0, 2**32 - 1)))
@@ -269,7 +287,7 @@ def test_batch_norm_backward_short_inner_matches_reference(spec):
     axes = tuple(i for i in range(x.ndim) if i != 1)
     g_keep = None if gamma is None else np.broadcast_to(np.reshape(gamma, (1, -1) + (1,) * (
         x.ndim - 2)) if np.ndim(gamma) == 1 else gamma, keep)
-    assert _regroup.plan_backward(x, axes, dy, None, g_keep) is not None
+    assert _grad_taken(dy, x, mean, rstd, gamma, spec["training"])
     out = np.full(x.shape, 7.0, x.dtype) if spec["out"] else None
     dx, dg, db = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma,
                                               training=spec["training"], out=out)
@@ -292,7 +310,7 @@ def test_batch_norm_backward_short_inner_matches_reference(spec):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_batch_norm_backward_short_inner_like_the_kernels(training, threads, dtype, kernels_way):
+def test_batch_norm_backward_short_inner_like_the_kernels(training, threads, dtype):
     # Large enough for two threads; the same dx (to rounding) and the same
     # parameter sums as the kernels' own way, NaN where they give NaN.
     rng = np.random.default_rng(8)
@@ -301,26 +319,15 @@ def test_batch_norm_backward_short_inner_like_the_kernels(training, threads, dty
     dy[3, 7, 0, 0] = np.nan
     g = rng.uniform(0.5, 2.0, 48)
     _, mean, rstd = fastnorm.batch_norm(x, g, return_stats=True)
-    assert _regroup.plan_backward(x, (0, 2, 3), dy, None, None) is not None
+    assert _grad_taken(dy, x, mean, rstd, g, training)
     fastnorm.set_num_threads(threads)
     try:
         ours = fastnorm.batch_norm_backward(dy, x, mean, rstd, g, training=training)
-        kernels_way()
-        theirs = fastnorm.batch_norm_backward(dy, x, mean, rstd, g, training=training)
+        theirs = fastnorm.batch_norm_backward(own_way(dy), own_way(x), mean, rstd, g,
+                                              training=training)
     finally:
         fastnorm.set_num_threads(None)
     for a, b_, what in zip(ours, theirs, ("dx", "dgamma", "dbeta")):
         scale = np.abs(b_.astype(np.float64))
         assert_close(a, b_, 1e-5 * (scale + 1), what)
     assert np.isnan(ours[0][:, 7]).all() == training
-
-
-def test_backward_groups_are_checked():
-    # The kernel's guard: columns in groups only for a matrix of whole groups.
-    from fastnorm import _dispatch
-    k = _dispatch.backward
-    x = np.ones((40, 10), np.float32)
-    one = np.ones((1, 10))
-    with pytest.raises(ValueError, match="groups"):
-        k.backward(x, x, np.empty_like(x), one, one, one, np.empty((1, 10)), np.empty((1, 10)),
-                   (True, False), k.GRAD_MODES["center"], 1, 3)

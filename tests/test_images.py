@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _regroup
+from fastnorm import _dispatch
 from reference import (OUT_TOL, assert_close, ref_layer_norm, ref_norm_grads, ref_rms_norm,
                        tiny)
 
@@ -245,8 +245,10 @@ def test_images_batch_norm_backward(problem, training):
     if dtype == np.float16:
         offset = min(offset, 100.0)
     x, dy, gamma, mean, rstd = _grad_inputs(rng, (n, c, h, w), dtype, offset, params)
-    if h * w >= _regroup.IMAGES_INNER_MIN:
-        assert _regroup.plan_backward(x, AXES, dy, None, None) is None
+    if h * w >= _dispatch.kernels.images_inner_min:
+        route = fastnorm.explain(fastnorm.batch_norm_backward, dy, x, mean, rstd, gamma,
+                                 training=training)
+        assert route["schedule"] != "channels"
     got = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma, training=training)
     _check_grads(x, dy, gamma, mean, rstd, training, got)
 

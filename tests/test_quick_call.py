@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import fastnorm
-from fastnorm import _dispatch, _quick
+from fastnorm import _dispatch
+import fastpath as _quick
 from reference import (OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_layer_norm,
                        ref_mean_var, ref_rms_norm)
 
@@ -341,14 +342,27 @@ def _overlapping_out():
     shared = rng.uniform(0.5, 2.0, 70)
     return [
         ("out overlapping x", shifted[0], None, shifted[1]),
-        ("out holding gamma", x, shared[:10], shared[:60].reshape(6, 10)),
-        ("out holding part of gamma", x, shared[55:65], shared[:60].reshape(6, 10)),
         ("a Fortran-order out", x, None, np.asfortranarray(np.empty((6, 10)))),
         ("an out of another dtype", x, None, np.empty((6, 10), np.float32)),
         ("a read-only out", x, None, np.frombuffer(bytes(480)).reshape(6, 10)),
         ("an out of another shape", x, None, np.empty((6, 11))),
         ("a list out", x, None, [0.0] * 60),
     ]
+
+
+def test_quick_path_out_holding_gamma():
+    # gamma is widened into an array of its own before y is written, so an
+    # out= over gamma's memory takes the fast path, with the general
+    # path's bits.
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 10))
+    for part in (slice(0, 10), slice(55, 65)):
+        shared = rng.uniform(0.5, 2.0, 70)
+        gamma = shared[part]
+        want = fastnorm.layer_norm(x, gamma.copy(), axis=(1,))
+        out = shared[:60].reshape(6, 10)
+        assert _quick.last_axis(x, -1, "center", 1e-5, gamma, None, out) is out
+        assert_bitwise(out, want, f"out over gamma[{part}]")
 
 
 @pytest.mark.parametrize("what, x, gamma, out", _overlapping_out(),
@@ -382,19 +396,20 @@ def test_quick_path_does_not_take_out_dtype_or_stats():
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_quick_rows_in_c_keep_x_layout_and_bound(order, dtype):
-    # kernels.quick_rows (the quick call's checks in C) writes y in x's
-    # memory order, as np.empty_like would, and leaves calls of parallel_min
-    # values or more, and out=, to the Python checks.
+    # The fast path writes y in x's memory order, as np.empty_like would,
+    # on either side of the kernels' parallel size, and into out=.
     k = _dispatch.kernels
     rng = np.random.default_rng(9)
     x = np.asarray(rng.standard_normal((6, 50)) + 3, dtype=dtype, order=order)
     g = rng.uniform(0.5, 2, 50).astype(dtype)[::-1]
-    y = k.quick_rows(x, -1, g, None, 1e-5, k.MODES["center"])
+    y = _quick.last_axis(x, -1, "center", 1e-5, g, None)
     assert y is not None and y.strides == np.empty_like(x).strides
-    assert_bitwise(y, fastnorm.layer_norm(x, g, axis=(1,)), "quick_rows")
+    assert_bitwise(y, fastnorm.layer_norm(x, g, axis=(1,)), "fast path")
     big = np.ones((k.parallel_min // 64, 64), dtype)
-    assert k.quick_rows(big, -1, None, None, 1e-5, k.MODES["rms"]) is None
-    assert k.quick_rows(big[:-1], -1, None, None, 1e-5, k.MODES["rms"]) is not None
+    for a in (big, big[:-1]):
+        got = _quick.last_axis(a, -1, "rms", 1e-5, None, None)
+        assert got is not None
+        assert_bitwise(got, fastnorm.rms_norm(a, axis=(1,)), "fast path, either side")
     if order == "C":
         out = np.empty_like(x)
         assert _quick.last_axis(x, -1, "center", 1e-5, g, None, out) is out

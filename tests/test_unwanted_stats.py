@@ -97,7 +97,7 @@ def test_kernel_refuses_missing_stats_where_it_needs_them(mode):
     k = _dispatch.kernels
     x = np.ones((4, 8))
     with pytest.raises(ValueError, match="statistics"):
-        k.normalize(x, np.empty_like(x), None, None, None, None, None, (False, True),
+        k.forward(x, np.empty_like(x), None, None, None, None, None, (False, True),
                     k.MODES[mode], 0.0, 1)
 
 
@@ -106,8 +106,8 @@ def test_kernel_refuses_half_the_stats_or_no_output():
     x = np.ones((4, 8))
     s = np.empty((4, 1))
     with pytest.raises(ValueError, match="statistics"):
-        k.normalize(x, np.empty_like(x), None, None, s, None, None, (False, True),
+        k.forward(x, np.empty_like(x), None, None, s, None, None, (False, True),
                     k.MODES["center"], 0.0, 1)
     with pytest.raises(ValueError, match="statistics"):
-        k.normalize(x, None, None, None, None, None, None, (False, True),
+        k.forward(x, None, None, None, None, None, None, (False, True),
                     k.MODES["center"], 0.0, 1)

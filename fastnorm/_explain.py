@@ -1,0 +1,114 @@
+"""fastnorm.explain: the route a call would take, without running it.
+
+The public function itself is called, in a mode where its kernel call
+(the one place each call reaches the kernels) hands back the route the
+kernels' planner chose instead of running; the checks, conversions and
+copies before it run as they always do, and are noted on the way.  So the
+route explain() reports is decided by the same code that decides it for
+the real call.  Nothing is written: outputs and running statistics are
+written after the kernel call, which does not happen.
+"""
+import threading
+
+_local = threading.local()
+_lock = threading.Lock()
+# Explains in progress in any thread: calls check this module global first,
+# which costs less than a thread-local attribute.
+explaining = 0
+
+
+class _Route(Exception):
+    """Raised at the kernel call of an explained call, with its route."""
+
+    def __init__(self, route):
+        super().__init__(route)
+        self.route = route
+
+
+def active():
+    """Whether this thread is explaining a call."""
+    return explaining > 0 and getattr(_local, "notes", None) is not None
+
+
+def copied(what):
+    """Note that the call copies or converts something before its kernel
+    runs (what: a short phrase naming it)."""
+    if explaining > 0:
+        notes = getattr(_local, "notes", None)
+        if notes is not None:
+            notes.append(what)
+
+
+def kernel(route):
+    """At a kernel call: hand the route back when explaining."""
+    raise _Route(route)
+
+
+def explain(func, *args, **kwargs):
+    """The route ``func(*args, **kwargs)`` would take, without running it.
+
+    Parameters
+    ----------
+    func : callable
+        A public fastnorm function (``fastnorm.layer_norm``, ...).
+    *args, **kwargs
+        Its arguments, as they would be passed.
+
+    Returns
+    -------
+    dict
+        ``pattern`` ("slices", "images" or "columns": how the kernels see
+        the axes), ``schedule`` (the way within the pattern), ``simd`` (the
+        instruction-set level), ``threads``, ``streams`` (the output is
+        written around the caches), ``descending`` (a fresh output is
+        written from its last slice down), ``float32_pass``, ``rows_pass``,
+        ``in_cache``, ``slices`` and ``slice_length``, ``fast_path`` (the
+        call takes the fast path for small calls) and ``copies`` (what is
+        copied or converted before the kernel runs).  A call with nothing
+        to compute (an empty input) gives ``pattern`` None.
+
+    Raises
+    ------
+    TypeError
+        ``func`` is not a public fastnorm function, or a Dask array is
+        among the arguments (its chunks each take the route of the NumPy
+        call on them).
+    Exception
+        Whatever ``func`` raises for these arguments.
+
+    See Also
+    --------
+    show_config : how this installation was built.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> x = np.zeros((64, 56, 56, 32), np.float32)
+    >>> r = fastnorm.explain(fastnorm.batch_norm, x, axis=(0, 1, 2))
+    >>> r["pattern"], r["schedule"]
+    ('columns', 'tiles')
+    """
+    global explaining
+    from . import _public_functions
+    from ._route import any_dask
+    if func not in _public_functions():
+        raise TypeError(f"explain() takes a public fastnorm function, got {func!r}")
+    if any_dask(*args, *kwargs.values()):
+        raise TypeError("explain() describes calls on NumPy arrays; a call on Dask arrays "
+                        "runs the NumPy call on each chunk")
+    _local.notes = notes = []
+    with _lock:
+        explaining += 1
+    try:
+        func(*args, **kwargs)
+    except _Route as r:
+        route = dict(r.route)
+    else:
+        route = {"pattern": None, "schedule": None, "fast_path": False}
+    finally:
+        with _lock:
+            explaining -= 1
+        _local.notes = None
+    route.setdefault("fast_path", False)
+    route["copies"] = notes
+    return route

@@ -1,0 +1,490 @@
+# The fast path for small calls: the commonest calls recognized in a few
+# checks made here, in C, instead of the general path's Python (which costs
+# a small call more than its kernel does).
+#
+# The contract.  Each fast_* function takes its public function's
+# arguments as the caller passed them and either
+#   - returns that function's result, made by the very kernel call the
+#     general path makes for these arguments (so the same bits), or
+#   - returns None, having written nothing: the caller then takes the
+#     general path, which also raises every error.
+# It takes only calls that need no conversion of x, no temporary output, no
+# warning and no error: ndarrays themselves (not subclasses) of float16/32/64
+# in native byte order, aligned, with values; the common spellings of the
+# axes; float gains and biases of the normalized or per-channel shape;
+# out= arrays of x's kind that share no memory with what is read.  Where a
+# call is being explained (fastnorm.explain), the route it would take comes
+# back instead, at the point where the kernel would run.
+
+from libc.math cimport sqrt, isfinite
+
+import fastnorm._explain as _explain
+
+cdef extern from "numpy/arrayobject.h":
+    object PyArray_NewLikeArray(cnp.ndarray prototype, int order, void* descr, int subok)
+
+# Reduced-axis flags of the last axis, by number of dimensions.
+cdef tuple LAST_AXIS = tuple(tuple(a == n - 1 for a in range(n)) for n in range(MAX_DIMS + 1))
+# ...and of every axis but 1 (batch norm's default), from two dimensions on.
+cdef tuple BUT_AXIS_1 = tuple(tuple(a != 1 for a in range(n)) for n in range(MAX_DIMS + 1))
+
+cdef object _team_size = None
+cdef object _update_running = None
+
+
+cdef int threads_for(Py_ssize_t size) except -1:
+    """The team of a call of `size` values: one thread below the kernels'
+    parallel size (without asking OpenMP, which costs a small call a third
+    of a microsecond), else fastnorm's thread count."""
+    global _team_size
+    if size < PARALLEL_MIN:
+        return 1
+    if _team_size is None:
+        from fastnorm._config import team_size
+        _team_size = team_size
+    return _team_size()
+
+
+cdef inline bint behaved_float(object a):
+    """Whether a is an ndarray itself (no subclass) of float16/32/64 in
+    native byte order, aligned: what the kernels read where it is."""
+    cdef int t
+    if type(a) is not cnp.ndarray:
+        return False
+    t = cnp.PyArray_TYPE(<cnp.ndarray>a)
+    return ((t == cnp.NPY_FLOAT16 or t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE)
+            and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a) and cnp.PyArray_ISALIGNED(<cnp.ndarray>a))
+
+
+cdef inline bint last_axis(object axis, int ndim):
+    """Whether axis names the last axis of ndim: -1 or ndim - 1."""
+    cdef Py_ssize_t a
+    if type(axis) is not int:
+        return False
+    a = axis
+    return a == -1 or a == ndim - 1
+
+
+cdef inline bint overlap(cnp.ndarray a, cnp.ndarray b):
+    """Whether the memory spans of a and b overlap (NumPy's
+    may_share_memory: a conservative bound)."""
+    cdef char* alo = <char*>cnp.PyArray_DATA(a)
+    cdef char* ahi = alo
+    cdef char* blo = <char*>cnp.PyArray_DATA(b)
+    cdef char* bhi = blo
+    cdef int i
+    cdef Py_ssize_t e
+    if cnp.PyArray_SIZE(a) == 0 or cnp.PyArray_SIZE(b) == 0:
+        return False
+    for i in range(cnp.PyArray_NDIM(a)):
+        e = (cnp.PyArray_DIM(a, i) - 1) * cnp.PyArray_STRIDE(a, i)
+        if e < 0:
+            alo += e
+        else:
+            ahi += e
+    for i in range(cnp.PyArray_NDIM(b)):
+        e = (cnp.PyArray_DIM(b, i) - 1) * cnp.PyArray_STRIDE(b, i)
+        if e < 0:
+            blo += e
+        else:
+            bhi += e
+    return alo < bhi + cnp.PyArray_ITEMSIZE(b) and blo < ahi + cnp.PyArray_ITEMSIZE(a)
+
+
+cdef object vector_param(object p, cnp.npy_intp n, int ndim):
+    """A gain or bias as the kernels take it: a new float64 array of shape
+    (1, ..., 1, n) with ndim dimensions (which shares memory with nothing
+    the call writes); None for None; False unless p is a 1-d float ndarray
+    of n values (any stride)."""
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef cnp.ndarray a, out
+    cdef int i, t
+    if p is None:
+        return None
+    if type(p) is not cnp.ndarray:
+        return False
+    a = <cnp.ndarray>p
+    t = cnp.PyArray_TYPE(a)
+    if (not (t == cnp.NPY_FLOAT16 or t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE)
+            or not cnp.PyArray_ISNOTSWAPPED(a)
+            or cnp.PyArray_NDIM(a) != 1 or cnp.PyArray_DIM(a, 0) != n):
+        return False
+    for i in range(ndim):
+        dims[i] = 1
+    dims[ndim - 1] = n
+    if not cnp.PyArray_ISALIGNED(a):
+        return as_float64(a).reshape(dims_tuple(ndim, dims))
+    out = empty_f64(ndim, dims)
+    if t == cnp.NPY_FLOAT16:
+        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), n,
+              <double*>cnp.PyArray_DATA(out), <half_t*>NULL)
+    elif t == cnp.NPY_FLOAT:
+        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), n,
+              <double*>cnp.PyArray_DATA(out), <float*>NULL)
+    else:
+        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), n,
+              <double*>cnp.PyArray_DATA(out), <double*>NULL)
+    return out
+
+
+cdef object channel_param(object p, cnp.npy_intp c, int ndim):
+    """A per-channel gain or bias, (C,), as float64 in keepdims layout (1,
+    C, 1, ...): a new array; None for None; False unless a float ndarray of
+    shape (C,)."""
+    cdef object out = vector_param(p, c, 2)
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef int i
+    if out is None or out is False:
+        return out
+    for i in range(ndim):
+        dims[i] = 1
+    dims[1] = c
+    return (<cnp.ndarray>out).reshape(dims_tuple(ndim, dims))
+
+
+cdef bint writable_like(object out, cnp.ndarray x, bint c_only):
+    """Whether out is an ndarray of x's dtype and shape that the kernels
+    write where it is: writable, aligned, of native byte order and
+    contiguous (C order, or either with c_only false: no two elements share
+    an address)."""
+    cdef cnp.ndarray o
+    cdef int i
+    if type(out) is not cnp.ndarray:
+        return False
+    o = <cnp.ndarray>out
+    if (cnp.PyArray_TYPE(o) != cnp.PyArray_TYPE(x) or cnp.PyArray_NDIM(o) != cnp.PyArray_NDIM(x)
+            or not cnp.PyArray_ISWRITEABLE(o) or not cnp.PyArray_ISALIGNED(o)
+            or not cnp.PyArray_ISNOTSWAPPED(o)):
+        return False
+    for i in range(cnp.PyArray_NDIM(x)):
+        if cnp.PyArray_DIM(o, i) != cnp.PyArray_DIM(x, i):
+            return False
+    return cnp.PyArray_IS_C_CONTIGUOUS(o) or (not c_only and cnp.PyArray_IS_F_CONTIGUOUS(o))
+
+
+cdef int explaining_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced,
+                            int mode, int threads, bint fresh) except -1:
+    """Where the call is being explained: its route, instead of running."""
+    cdef dict route
+    if _explain.explaining and _explain.active():
+        route = explain_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, threads, fresh)
+        route["fast_path"] = True
+        raise _explain._Route(route)
+    return 0
+
+
+def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
+    """layer_norm (mode center) or rms_norm (rms, beta None) over the last
+    axis, y alone (dtype None, return_stats False), or None (the contract
+    above)."""
+    cdef cnp.ndarray xa, y
+    cdef int ndim, threads
+    cdef double e
+    cdef cnp.npy_intp n
+    cdef bint fresh = out is None
+    if dtype is not None or return_stats is not False:
+        return None
+    if not behaved_float(x) or type(eps) is not float:
+        return None
+    xa = <cnp.ndarray>x
+    ndim = cnp.PyArray_NDIM(xa)
+    if ndim == 0 or cnp.PyArray_SIZE(xa) == 0 or not last_axis(axis, ndim):
+        return None
+    e = eps
+    if not (0.0 <= e <= DBL_MAX):
+        return None
+    n = cnp.PyArray_DIM(xa, ndim - 1)
+    g = vector_param(gamma, n, ndim)
+    b = vector_param(beta, n, ndim)
+    if g is False or b is False:
+        return None
+    if fresh:
+        y = PyArray_NewLikeArray(xa, cnp.NPY_KEEPORDER, NULL, 0)
+    elif out is x:
+        # In place: each slice is read before it is written.
+        if not writable_like(out, xa, True):
+            return None
+        y = xa
+    elif writable_like(out, xa, True) and not overlap(<cnp.ndarray>out, xa):
+        y = <cnp.ndarray>out
+    else:
+        return None
+    threads = threads_for(cnp.PyArray_SIZE(xa))
+    explaining_forward(xa, y, g, b, None, None, None, LAST_AXIS[ndim], mode, threads, fresh)
+    run_forward(xa, y, g, b, None, None, None, LAST_AXIS[ndim], mode, e, threads, fresh)
+    return y
+
+
+def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
+    """(mean, var) over the last axis as mean_var returns them (dtype and
+    out None; an int ddof in [0, n), a bool keepdims), or None.  The kernel
+    writes the mean and M2 in float64; the division by n - ddof and the
+    conversion to x's dtype follow here, in the order and rounding of the
+    general path (NumPy's divide and astype; float16 through NumPy's cast,
+    which rounds once)."""
+    cdef cnp.ndarray xa, mean, m2, mean_out, var_out
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef int ndim, out_ndim, a, t, threads
+    cdef Py_ssize_t i, count
+    cdef double div
+    cdef double* mp
+    cdef double* qp
+    cdef float* mo
+    cdef float* vo
+    if (dtype is not None or out is not None or not behaved_float(x)
+            or type(ddof) is not int or type(keepdims) is not bool):
+        return None
+    xa = <cnp.ndarray>x
+    ndim = cnp.PyArray_NDIM(xa)
+    if ndim == 0 or cnp.PyArray_SIZE(xa) == 0 or not last_axis(axis, ndim):
+        return None
+    if not 0 <= ddof < cnp.PyArray_DIM(xa, ndim - 1):
+        return None
+    for a in range(ndim - 1):
+        dims[a] = cnp.PyArray_DIM(xa, a)
+    dims[ndim - 1] = 1
+    # keepdims' shape and the reduced one lay out the same values: the
+    # kernel writes the former, the results may take the latter's dims.
+    out_ndim = ndim if keepdims else ndim - 1
+    mean = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    m2 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    threads = threads_for(cnp.PyArray_SIZE(xa))
+    explaining_forward(xa, None, None, None, mean, m2, None, LAST_AXIS[ndim], MODE_STATS,
+                       threads, False)
+    run_forward(xa, None, None, None, mean, m2, None, LAST_AXIS[ndim], MODE_STATS, 0.0,
+                threads, False)
+    count = cnp.PyArray_SIZE(mean)
+    div = <double>(cnp.PyArray_DIM(xa, ndim - 1) - <Py_ssize_t>ddof)
+    mp = <double*>cnp.PyArray_DATA(mean)
+    qp = <double*>cnp.PyArray_DATA(m2)
+    for i in range(count):
+        qp[i] = qp[i] / div
+    t = cnp.PyArray_TYPE(xa)
+    if t == cnp.NPY_FLOAT:
+        mean_out = cnp.PyArray_EMPTY(out_ndim, dims, cnp.NPY_FLOAT, 0)
+        var_out = cnp.PyArray_EMPTY(out_ndim, dims, cnp.NPY_FLOAT, 0)
+        mo = <float*>cnp.PyArray_DATA(mean_out)
+        vo = <float*>cnp.PyArray_DATA(var_out)
+        for i in range(count):
+            mo[i] = <float>mp[i]
+            vo[i] = <float>qp[i]
+    else:
+        if not keepdims:
+            mean = cnp.PyArray_Reshape(mean, dims_tuple(out_ndim, dims))
+            m2 = cnp.PyArray_Reshape(m2, dims_tuple(out_ndim, dims))
+        if t == cnp.NPY_DOUBLE:
+            mean_out, var_out = mean, m2
+        else:
+            mean_out = cnp.PyArray_Cast(mean, t)
+            var_out = cnp.PyArray_Cast(m2, t)
+    if out_ndim == 0:
+        return mean_out[()], var_out[()]     # NumPy scalars, as np.mean gives
+    return mean_out, var_out
+
+
+cdef tuple dims_tuple(int ndim, const cnp.npy_intp* dims):
+    return tuple([dims[a] for a in range(ndim)])
+
+
+cdef bint running_buffer(object r, cnp.npy_intp c, bint updated):
+    """Whether r is a running statistic the fast path can use: a float
+    ndarray of shape (C,), which training updates in place (then
+    writable)."""
+    cdef cnp.ndarray a
+    cdef int t
+    if not behaved_float(r):
+        return False
+    a = <cnp.ndarray>r
+    if cnp.PyArray_NDIM(a) != 1 or cnp.PyArray_DIM(a, 0) != c:
+        return False
+    return not updated or cnp.PyArray_ISWRITEABLE(a)
+
+
+def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps,
+                    axis, out, dtype, return_stats):
+    """batch_norm over every axis but 1 (axis None, or 0 of a matrix), y
+    alone (dtype None, return_stats False), training (with more than one
+    value a channel and a finite float momentum) or eval, or None."""
+    cdef cnp.ndarray xa, y, s0, s1, s2 = None, rm, rv
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef int ndim, i, threads
+    cdef cnp.npy_intp c, n
+    cdef double e, mom = 0.0
+    global _update_running
+    cdef bint fresh = out is None, train
+    cdef double* rp
+    cdef tuple keep
+    if dtype is not None or return_stats is not False:
+        return None
+    if not behaved_float(x) or type(eps) is not float or type(training) is not bool:
+        return None
+    xa = <cnp.ndarray>x
+    ndim = cnp.PyArray_NDIM(xa)
+    train = training
+    if ndim < 2 or cnp.PyArray_SIZE(xa) == 0:
+        return None
+    e = eps
+    if not (0.0 <= e <= DBL_MAX):
+        return None
+    if axis is not None and not (type(axis) is int and ndim == 2 and (axis == 0 or axis == -2)):
+        return None
+    c = cnp.PyArray_DIM(xa, 1)
+    n = cnp.PyArray_SIZE(xa) // c
+    if train:
+        if not (type(momentum) is float and isfinite(<double>momentum) and n > 1):
+            return None
+        mom = momentum
+    g = channel_param(gamma, c, ndim)
+    b = channel_param(beta, c, ndim)
+    if g is False or b is False:
+        return None
+    if running_mean is None and running_var is None:
+        if not train:
+            return None
+    elif not (running_buffer(running_mean, c, train) and running_buffer(running_var, c, train)
+              and not overlap(<cnp.ndarray>running_mean, <cnp.ndarray>running_var)):
+        return None
+    if fresh:
+        y = PyArray_NewLikeArray(xa, cnp.NPY_KEEPORDER, NULL, 0)
+    elif writable_like(out, xa, False) and not overlap(<cnp.ndarray>out, xa):
+        y = <cnp.ndarray>out
+        for r in (running_mean, running_var):
+            if r is not None and overlap(y, <cnp.ndarray>r):
+                return None
+    else:
+        return None
+    for i in range(ndim):
+        dims[i] = 1
+    dims[1] = c
+    keep = dims_tuple(ndim, dims)
+    threads = threads_for(cnp.PyArray_SIZE(xa))
+    if train:
+        s0 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+        s1 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+        if running_mean is not None:
+            s2 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+        explaining_forward(xa, y, g, b, s0, s1, s2, BUT_AXIS_1[ndim], MODE_CENTER, threads,
+                           fresh)
+        run_forward(xa, y, g, b, s0, s1, s2, BUT_AXIS_1[ndim], MODE_CENTER, e, threads, fresh)
+        if running_mean is not None:
+            if _update_running is None:
+                from fastnorm._running import update_running as _update_running
+            _update_running(running_mean.reshape(keep), running_var.reshape(keep), s0, s2, mom, n)
+        return y
+    # eval: a copy of the running mean (never a view: it is also the mean
+    # the call uses, which must not change when the caller's array does) and
+    # rstd from the running variance, as the general path makes them.
+    rm = as_float64(running_mean).reshape(keep)
+    rv = as_float64(running_var).reshape(keep)
+    rp = <double*>cnp.PyArray_DATA(rv)
+    for i in range(c):
+        rp[i] = 1.0 / sqrt(rp[i] + e)
+    explaining_forward(xa, y, g, b, rm, rv, None, BUT_AXIS_1[ndim], MODE_GIVEN, threads, fresh)
+    run_forward(xa, y, g, b, rm, rv, None, BUT_AXIS_1[ndim], MODE_GIVEN, e, threads, fresh)
+    return y
+
+
+cdef object stat_f64(object a, tuple keep, int ndim):
+    """A statistic from the forward as the gradient kernels read it
+    (C-contiguous float64 in keepdims layout), or None: a float ndarray of
+    the keepdims shape or the kept one."""
+    cdef cnp.ndarray s
+    if type(a) is not cnp.ndarray:
+        return None
+    s = <cnp.ndarray>a
+    if cnp.PyArray_TYPE(s) not in (cnp.NPY_FLOAT16, cnp.NPY_FLOAT, cnp.NPY_DOUBLE):
+        return None
+    shape = (<object>s).shape
+    if shape != keep:
+        if shape != keep[:ndim - 1]:
+            return None
+        s = s.reshape(keep)
+    if (cnp.PyArray_TYPE(s) == cnp.NPY_DOUBLE and cnp.PyArray_IS_C_CONTIGUOUS(s)
+            and cnp.PyArray_ISALIGNED(s) and cnp.PyArray_ISNOTSWAPPED(s)):
+        return s
+    return as_float64(s)
+
+
+def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out):
+    """(dx, dgamma, dbeta) of layer_norm_backward (mode center, n_out 3) or
+    (dx, dgamma) of rms_norm_backward (rms, mean None, n_out 2) over the
+    last axis, or None: dy and x of one float dtype and shape, the forward's
+    statistics as float ndarrays, gamma None or a float vector, out None or
+    a tuple of n_out entries, each None or an ndarray (dx writable,
+    contiguous, of x's kind and apart from every input; the parameter
+    gradients writable and of their exact shape and dtype)."""
+    cdef cnp.ndarray xa, dya, dx, g, dg, db, m, r, o
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef int ndim, i, threads
+    cdef cnp.npy_intp n
+    cdef tuple keep, outs
+    cdef bint fresh
+    cdef list grads
+    if not (behaved_float(x) and behaved_float(dy)):
+        return None
+    xa = <cnp.ndarray>x
+    dya = <cnp.ndarray>dy
+    ndim = cnp.PyArray_NDIM(xa)
+    if (ndim == 0 or not last_axis(axis, ndim) or cnp.PyArray_TYPE(dya) != cnp.PyArray_TYPE(xa)
+            or (<object>dya).shape != (<object>xa).shape or cnp.PyArray_SIZE(xa) == 0):
+        return None
+    n = cnp.PyArray_DIM(xa, ndim - 1)
+    keep = (<object>xa).shape[:ndim - 1] + (1,)
+    r = stat_f64(rstd, keep, ndim)
+    if r is None:
+        return None
+    m = None
+    if mode == GRAD_CENTER:
+        m = stat_f64(mean, keep, ndim)
+        if m is None:
+            return None
+    for i in range(ndim):
+        dims[i] = 1
+    dims[ndim - 1] = n
+    if gamma is None:
+        g = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+        g.fill(1.0)
+        pdt = np.float64 if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else np.float32
+    else:
+        gv = vector_param(gamma, n, ndim)
+        if gv is None or gv is False:
+            return None
+        g = gv
+        pdt = (<cnp.ndarray>gamma).dtype
+    outs = (None,) * n_out if out is None else out if type(out) is tuple else None
+    if outs is None or len(outs) != n_out:
+        return None
+    fresh = outs[0] is None
+    if fresh:
+        dx = PyArray_NewLikeArray(xa, cnp.NPY_KEEPORDER, NULL, 0)
+    else:
+        if not writable_like(outs[0], xa, False):
+            return None
+        dx = <cnp.ndarray>outs[0]
+        for o in (dya, xa, r) if m is None else (dya, xa, r, m):
+            if overlap(dx, o):
+                return None
+    for p in outs[1:]:
+        if p is not None and not (type(p) is cnp.ndarray and (<cnp.ndarray>p).dtype == pdt
+                                  and (<object>p).shape == (n,)
+                                  and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>p)):
+            return None
+    dg = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    db = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    if m is None:
+        m = cnp.PyArray_ZEROS(ndim, <cnp.npy_intp*>cnp.PyArray_DIMS(r), cnp.NPY_DOUBLE, 0)
+    threads = threads_for(cnp.PyArray_SIZE(xa))
+    if _explain.explaining and _explain.active():
+        route = explain_backward(dya, xa, dx, g, m, r, dg, db, LAST_AXIS[ndim], mode, threads,
+                                 fresh)
+        route["fast_path"] = True
+        raise _explain._Route(route)
+    backward(dya, xa, dx, g, m, r, dg, db, LAST_AXIS[ndim], mode, threads, fresh)
+    grads = [dx]
+    for grad, p in zip((dg, db)[:n_out - 1], outs[1:]):
+        if p is None:
+            grads.append(grad.reshape(n).astype(pdt, copy=False))
+        else:
+            np.copyto(p, grad.reshape(n))
+            grads.append(p)
+    return tuple(grads)

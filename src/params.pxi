@@ -1,0 +1,125 @@
+# Operands in the kernels' form: gains, biases and statistics widened to
+# float64 (large ones in kept scratch blocks, whose pages stay mapped from
+# one call to the next), and batch norm's running statistics updated in one
+# loop that rounds as NumPy's expressions do.
+
+cdef void widen(const char* p, Py_ssize_t stride, Py_ssize_t n, double* out,
+                in_t* kind) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef const in_t* c = <const in_t*>p
+    if in_t is not half_t and stride == sizeof(in_t):
+        for i in range(n):      # a loop of its own, which vectorizes
+            out[i] = c[i]
+        return
+    for i in range(n):
+        out[i] = sload(p + i * stride, kind)
+
+
+cdef inline void running_loop(table_t* rm, table_t* rv, const double* mean,
+                              const double* var, Py_ssize_t n, double momentum,
+                              double unbias) noexcept nogil:
+    """update_running's arithmetic over n values of buffers of one type."""
+    cdef Py_ssize_t i
+    cdef double keep = 1.0 - momentum
+    for i in range(n):
+        rm[i] = <table_t>fn_sum_rounded(keep * <double>rm[i], momentum * mean[i])
+        rv[i] = <table_t>fn_sum_rounded(keep * <double>rv[i], momentum * var[i] * unbias)
+
+
+def update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean, cnp.ndarray var,
+                   double momentum, double unbias):
+    """batch_norm's running statistics, updated in place as
+    fastnorm/_running.py's NumPy expressions do it, rounding for rounding:
+    rm = (1 - momentum) rm + momentum mean, rv = (1 - momentum) rv +
+    (momentum var) unbias, in float64, then stored in the buffers' dtype.
+    Done (True) when rm and rv are aligned, writable, C-contiguous arrays of
+    one native dtype, float32 or float64, and mean and var C-contiguous
+    native float64 arrays of as many values; else False, with nothing
+    written (eight NumPy operations on a few hundred values cost more than
+    a small call's kernel)."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(rm)
+    cdef int t = cnp.PyArray_TYPE(rm)
+    cdef const double* m = <const double*>cnp.PyArray_DATA(mean)
+    cdef const double* v = <const double*>cnp.PyArray_DATA(var)
+    cdef cnp.ndarray a
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
+        return False
+    for a in (rm, rv):
+        if not (cnp.PyArray_TYPE(a) == t and a.dtype.isnative
+                and cnp.PyArray_ISCARRAY(a) and cnp.PyArray_SIZE(a) == n):
+            return False
+    for a in (mean, var):
+        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and a.dtype.isnative
+                and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_SIZE(a) == n):
+            return False
+    if t == cnp.NPY_FLOAT:
+        running_loop(<float*>cnp.PyArray_DATA(rm), <float*>cnp.PyArray_DATA(rv), m, v, n,
+                     momentum, unbias)
+    else:
+        running_loop(<double*>cnp.PyArray_DATA(rm), <double*>cnp.PyArray_DATA(rv), m, v, n,
+                     momentum, unbias)
+    return True
+
+
+def row_f64(cnp.ndarray p, int ndim):
+    """p, an aligned 1-d float16/float32 array of native byte order, as a
+    new float64 array of shape (1, ..., 1, p.size) with ndim dimensions:
+    what the kernels take for the gain or bias of the last axis of an
+    ndim-dimensional x (NumPy's astype and reshape cost a small call more
+    than the conversion)."""
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef int code = type_code(p), a
+    cdef cnp.ndarray out
+    if p.ndim != 1 or code == 2 or not 1 <= ndim <= MAX_DIMS:
+        raise ValueError("row_f64 takes a 1-d float16 or float32 array and 1 to 64 dimensions")
+    for a in range(ndim):
+        dims[a] = 1
+    dims[ndim - 1] = p.shape[0]
+    out = empty_f64(ndim, dims)
+    if code == 0:
+        widen(<const char*>cnp.PyArray_DATA(p), p.strides[0], p.shape[0],
+              <double*>cnp.PyArray_DATA(out), <half_t*>NULL)
+    else:
+        widen(<const char*>cnp.PyArray_DATA(p), p.strides[0], p.shape[0],
+              <double*>cnp.PyArray_DATA(out), <float*>NULL)
+    return out
+
+
+cdef class _KeptBlock:
+    """Owner of a scratch block lent to a NumPy array: the block goes back
+    (to be kept for the next call, see scratch.h) with the array."""
+    cdef void* data
+
+    def __dealloc__(self):
+        fn_free(self.data)
+
+
+def as_float64(cnp.ndarray a):
+    """a (any real dtype and strides) as a new C-contiguous float64 array
+    of its shape.  Large ones live in the kept scratch blocks: NumPy's
+    astype gets fresh pages from the C library for each, and their faults
+    cost more than the conversion."""
+    cdef cnp.ndarray out = empty_f64(a.ndim, cnp.PyArray_DIMS(a))
+    cnp.PyArray_CopyInto(out, a)
+    return out
+
+
+cdef cnp.ndarray empty_f64(int ndim, cnp.npy_intp* dims):
+    """A new C-contiguous float64 array, in a kept scratch block when it is
+    large enough to be kept (see as_float64)."""
+    cdef Py_ssize_t nbytes = sizeof(double), a
+    cdef _KeptBlock owner
+    cdef cnp.ndarray out
+    for a in range(ndim):
+        nbytes = nbytes * dims[a]
+    if nbytes < <Py_ssize_t>FN_KEEP_MIN:
+        return cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    owner = _KeptBlock()
+    owner.data = fn_malloc(nbytes)
+    if owner.data == NULL:
+        raise MemoryError("fastnorm: could not allocate scratch memory")
+    out = cnp.PyArray_SimpleNewFromData(ndim, dims, cnp.NPY_DOUBLE, owner.data)
+    cnp.set_array_base(out, owner)
+    return out
+
+
