@@ -7,15 +7,15 @@ import numpy as np
 from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps, check_out,
                     check_training, keepdims_shape, param, result_dtypes, running_stat,
                     split_out)
-from . import _dispatch
-from ._run import deliver, kernel_stats, normalize
+from . import _simd
+from ._call import deliver, kernel_stats, normalize
 from ._running import running_rstd, update_running
-from ._route import any_dask, via_dask
+from ._lazy import any_dask, via_dask
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
 
-_CENTER = _dispatch.kernels.MODES["center"]
-_RMS = _dispatch.kernels.MODES["rms"]
+_CENTER = _simd.kernels.MODES["center"]
+_RMS = _simd.kernels.MODES["rms"]
 
 
 def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
@@ -60,7 +60,7 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     >>> v
     array([1.25, 1.25, 1.25])
     """
-    fast = _dispatch.kernels.fast_mean_var(x, axis, ddof, keepdims, dtype, out)
+    fast = _simd.kernels.fast_mean_var(x, axis, ddof, keepdims, dtype, out)
     if fast is not None:
         return fast
     if any_dask(x):
@@ -145,7 +145,7 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     array([[-1.2247,  0.    ,  1.2247],
            [-0.7071, -0.7071,  1.4142]])
     """
-    y = _dispatch.kernels.fast_norm(_CENTER, x, gamma, beta, axis, eps, out, dtype, return_stats)
+    y = _simd.kernels.fast_norm(_CENTER, x, gamma, beta, axis, eps, out, dtype, return_stats)
     if y is not None:
         return y
     if any_dask(x, gamma, beta):
@@ -197,7 +197,7 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
     array([0.8485, 1.1314])
     """
-    y = _dispatch.kernels.fast_norm(_RMS, x, gamma, None, axis, eps, out, dtype, return_stats)
+    y = _simd.kernels.fast_norm(_RMS, x, gamma, None, axis, eps, out, dtype, return_stats)
     if y is not None:
         return y
     if any_dask(x, gamma):
@@ -277,7 +277,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     >>> rm, rv
     (array([0.2, 2. ]), array([ 1.1, 20.9]))
     """
-    y = _dispatch.kernels.fast_batch_norm(x, gamma, beta, running_mean, running_var, training,
+    y = _simd.kernels.fast_batch_norm(x, gamma, beta, running_mean, running_var, training,
                                           momentum, eps, axis, out, dtype, return_stats)
     if y is not None:
         return y

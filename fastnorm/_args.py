@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 from numpy.exceptions import AxisError
 
-from . import _dispatch
+from . import _simd
 from ._explain import copied
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -193,7 +193,7 @@ def float64_param(value, keep):
     a = value.reshape(keep)
     if a.dtype == _F64 and a.flags.aligned and a.flags.c_contiguous:
         return a
-    return _dispatch.kernels.as_float64(a)  # large ones in kept memory: no page faults
+    return _simd.kernels.as_float64(a)  # large ones in kept memory: no page faults
 
 
 def running_stat(value, name, x_shape, along):

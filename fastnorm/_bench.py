@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 import fastnorm
-from . import _dispatch
+from . import _simd
 
 EPS = 1e-5
 MOMENTUM = 0.1
@@ -399,7 +399,7 @@ def run_case(case, thread_counts, budget, rng):
     base = {
         "case": case.label, "function": case.op, "shape": list(shape),
         "axis": list(axes), "bytes": prep.bytes_moved,
-        "pattern": _dispatch.kernels.layout_pattern(x, tuple(i in axes for i in range(x.ndim))),
+        "pattern": _simd.kernels.layout_pattern(x, tuple(i in axes for i in range(x.ndim))),
     }
     fastnorm.set_num_threads(thread_counts[0])
     base["max_abs_err"] = max_abs_error(prep.fast(), prep.ref())

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from . import _dispatch
+from . import _simd
 from ._version import __version__
 
 _lock = threading.Lock()
@@ -38,7 +38,7 @@ def _after_fork_in_child():
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-_OPENMP = _dispatch.kernels.build_info()["openmp"]  # the same for every SIMD level
+_OPENMP = _simd.kernels.build_info()["openmp"]  # the same for every SIMD level
 
 
 def _processors():
@@ -82,7 +82,7 @@ def get_num_threads() -> int:
         return 1  # a serial build (nothing to set), or a forked child (above)
     n = _num_threads
     if n is None:
-        n = _dispatch.kernels.max_threads()
+        n = _simd.kernels.max_threads()
     if _cap.limit:
         n = min(n, _cap.limit)
     return max(1, int(n))
@@ -149,7 +149,7 @@ def thread_cap(n):
 
 def config() -> dict:
     """The facts show_config prints, as a dict."""
-    k = _dispatch.kernels
+    k = _simd.kernels
     info = k.build_info()
     runtime = None
     try:
@@ -171,8 +171,8 @@ def config() -> dict:
         "threads": get_num_threads(),
         "threads_source": "set_num_threads" if _num_threads is not None else "OpenMP default",
         "simd": info["variant"],
-        "simd_built": _dispatch.built_levels(),
-        "simd_available": _dispatch.available_levels(),
+        "simd_built": _simd.built_levels(),
+        "simd_available": _simd.available_levels(),
         "vector_bits": info["vector_bits"],
         "welford_lanes": info["welford_lanes"],
     }

@@ -90,7 +90,7 @@ def explain(func, *args, **kwargs):
     """
     global explaining
     from . import _public_functions
-    from ._route import any_dask
+    from ._lazy import any_dask
     if func not in _public_functions():
         raise TypeError(f"explain() takes a public fastnorm function, got {func!r}")
     if any_dask(*args, *kwargs.values()):

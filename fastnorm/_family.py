@@ -9,8 +9,8 @@ from numpy.exceptions import AxisError
 
 from ._args import (as_input, axes_tuple, check_eps, check_out, keepdims_shape, param,
                     result_dtypes, split_out)
-from ._run import deliver, normalize
-from ._route import any_dask, via_dask
+from ._call import deliver, normalize
+from ._lazy import any_dask, via_dask
 
 
 # --------------------------------------------------------------------------

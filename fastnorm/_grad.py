@@ -11,17 +11,17 @@ import math
 
 import numpy as np
 
-from . import _dispatch
+from . import _simd
 from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
                     check_param_shape, detach, keepdims_shape, reduced_mask, split_out,
                     writable_target)
 from ._config import team_size
 from ._family import Groups
-from ._route import any_dask, via_dask
+from ._lazy import any_dask, via_dask
 from . import _explain
 
-_CENTER = _dispatch.kernels.GRAD_MODES["center"]
-_RMS = _dispatch.kernels.GRAD_MODES["rms"]
+_CENTER = _simd.kernels.GRAD_MODES["center"]
+_RMS = _simd.kernels.GRAD_MODES["rms"]
 
 
 def _pair(dy, x):
@@ -97,7 +97,7 @@ def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
         dgamma.fill(0.0)
         dbeta.fill(0.0)
     else:
-        k = _dispatch.kernels
+        k = _simd.kernels
         args = (dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
                 k.GRAD_MODES[mode], team_size(), fresh)
         if _explain.explaining and _explain.active():
@@ -187,7 +187,7 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     >>> np.abs(dx).max() < 1e-15, dbeta
     (np.True_, array([1., 1., 1.]))
     """
-    fast = _dispatch.kernels.fast_norm_backward(_CENTER, dy, x, mean, rstd, gamma, axis, out, 3)
+    fast = _simd.kernels.fast_norm_backward(_CENTER, dy, x, mean, rstd, gamma, axis, out, 3)
     if fast is not None:
         return fast
     if any_dask(dy, x, mean, rstd, gamma):
@@ -217,7 +217,7 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None):
     >>> dx.round(4), dgamma.round(4)
     (array([[ 0.181 , -0.1358]]), array([0.8485, 0.    ]))
     """
-    fast = _dispatch.kernels.fast_norm_backward(_RMS, dy, x, None, rstd, gamma, axis, out, 2)
+    fast = _simd.kernels.fast_norm_backward(_RMS, dy, x, None, rstd, gamma, axis, out, 2)
     if fast is not None:
         return fast
     if any_dask(dy, x, rstd, gamma):

@@ -2,7 +2,7 @@
 for the NumPy and the Dask paths alike."""
 import numpy as np
 
-from . import _dispatch
+from . import _simd
 
 
 def update_running(rm, rv, mean, var, momentum, n):
@@ -17,7 +17,7 @@ def update_running(rm, rv, mean, var, momentum, n):
     Contiguous float32 and float64 buffers go through one C loop with the
     same roundings (kernels.update_running); others through NumPy."""
     unbias = n / (n - 1)
-    if _dispatch.kernels.update_running(rm, rv, mean, var, momentum, unbias):
+    if _simd.kernels.update_running(rm, rv, mean, var, momentum, unbias):
         return
     old_mean = np.asarray(rm, dtype=np.float64)
     old_var = np.asarray(rv, dtype=np.float64)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import fastnorm
-import fastnorm._dispatch as dispatch
+import fastnorm._simd as dispatch
 
 _common = dict(
     deadline=None,  # the machine is shared and noisy: never time examples

@@ -20,7 +20,7 @@ from hypothesis import given
 from numpy.exceptions import AxisError
 
 import fastnorm
-import fastnorm._dispatch as dispatch
+import fastnorm._simd as dispatch
 from reference import (OUT_TOL, assert_bitwise, assert_close, central_difference,
                        expand_param, fingerprint, keep_shape, norm_axes,
                        ref_group_norm, ref_group_norm_grads, ref_layer_norm, ref_norm_grads,

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var
 from strategies import row_problem
 
 EPS = 1e-5
 # The bounds the kernels use (x's bytes, a row's bytes), by itemsize.
-CACHED = _dispatch.kernels.cached_rows
+CACHED = _simd.kernels.cached_rows
 
 
 def _tol(y_ref, dtype):

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from checks import check_batch_norm
 from reference import (assert_bitwise, assert_close, moments, ref_layer_norm, ref_mean_var,
                        ref_norm_grads, ref_running_update, tiny)
@@ -24,7 +24,7 @@ from strategies import OUT_MODES, PARAM_KINDS, STATS_OUT, VALUE_KINDS
 LD = np.longdouble
 
 
-K = _dispatch.kernels
+K = _simd.kernels
 
 
 def _taken(shape, dtype, axes, mode="center", gamma=None, out=None):

@@ -23,12 +23,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var
 from test_fetch_ahead import at_the_end_of_memory
 
 LINE = 64
-KERNELS = _dispatch.kernels
+KERNELS = _simd.kernels
 EPS = 1e-5
 
 
@@ -83,8 +83,8 @@ def line_problems(draw):
 def test_column_statistics_from_any_place_in_a_line(problem):
     dtype, offset, width, rows, lines, seed = problem
     x = in_line(values((rows, width), dtype, seed), offset, lines)
-    for level in _dispatch.available_levels():
-        with _dispatch.use(level):
+    for level in _simd.available_levels():
+        with _simd.use(level):
             check_mean_var(x)
     # And the same values where they fit the caches (strips from column 0).
     check_mean_var(x[:max(1, KERNELS.columns_in_cache // (2 * width * dtype.itemsize))])

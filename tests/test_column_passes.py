@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var
 
-KERNELS = _dispatch.kernels
+KERNELS = _simd.kernels
 TILE = KERNELS.column_tile
 PASS = KERNELS.pass_groups
 EPS = 1e-5

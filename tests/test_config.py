@@ -5,7 +5,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import fastnorm
-import fastnorm._dispatch as dispatch
+import fastnorm._simd as dispatch
 
 
 def test_public_names():

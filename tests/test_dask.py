@@ -17,9 +17,9 @@ from dask.system import CPU_COUNT
 from distributed import Client, LocalCluster
 
 import fastnorm
-import fastnorm._dask_tasks
+import fastnorm._dask.tasks
 import fastnorm._grad
-import fastnorm._run
+import fastnorm._call
 
 CLUSTER = dict(n_workers=2, threads_per_worker=1, protocol="tcp://", host="127.0.0.1",
                scheduler_port=0, dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
@@ -317,7 +317,7 @@ def test_empty_reductions_warn_at_call_time():
 def _recording(monkeypatch):
     """Record the thread count every kernel call of this process gets."""
     seen = []
-    for module in (fastnorm._run, fastnorm._grad):
+    for module in (fastnorm._call, fastnorm._grad):
         def record(original=module.team_size):
             seen.append(original())
             return seen[-1]
@@ -336,12 +336,12 @@ def test_worker_processes_run_one_openmp_thread_per_task(client):
     assert set(client.run(fastnorm.get_num_threads).values()) == {1}
 
     def kernel_threads_in_a_task():
-        import fastnorm._run as run
+        import fastnorm._call as run
         seen = []
         original = run.team_size
         run.team_size = lambda: seen.append(original()) or seen[-1]
         try:
-            fastnorm._dask_tasks.chunk_moments(np.ones((64, 1024)), (1,), True)
+            fastnorm._dask.tasks.chunk_moments(np.ones((64, 1024)), (1,), True)
         finally:
             run.team_size = original
         return seen
@@ -416,7 +416,7 @@ def test_normalize_task_reads_unaligned_statistics_and_parameters():
     x = rng.standard_normal((6, 40))
     mean, rstd = x.mean(1, keepdims=True), 1 / np.sqrt(x.var(1, keepdims=True) + 1e-5)
     g, b = rng.standard_normal((1, 40)), rng.standard_normal((1, 40))
-    y = fastnorm._dask_tasks.normalize_block(
+    y = fastnorm._dask.tasks.normalize_block(
         x, _unaligned(mean), _unaligned(rstd), _unaligned(g), _unaligned(b),
         axes=(1,), out_dtype=np.dtype(np.float64))
     np.testing.assert_allclose(y, (x - mean) * rstd * g + b, rtol=1e-12, atol=1e-12)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm
 
 PAGE = mmap.PAGESIZE
@@ -81,7 +81,7 @@ def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
     # Short rows fetch ahead only in calls too large for the cache (x over
     # 4 MiB; float64 1 MiB): just over that here, ending at the last
     # readable byte.
-    bound = _dispatch.kernels.cached_rows[np.dtype(dtype).itemsize][0]
+    bound = _simd.kernels.cached_rows[np.dtype(dtype).itemsize][0]
     x = at_the_end_of_memory(data((bound // (n * np.dtype(dtype).itemsize) + 37, n), dtype))
     y = np.empty_like(x)
     fastnorm.layer_norm(x, axis=-1, out=y)

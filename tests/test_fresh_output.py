@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import (OUT_TOL, assert_bitwise, assert_close, ref_layer_norm, ref_norm_grads,
                        ref_rms_norm)
 
@@ -68,7 +68,7 @@ def test_fresh_kernel_flag_any_alignment(offset, simd_level):
     # one gain per row value: ordinary stores and streamed ones give the
     # same bits.
     x = _x(1000, np.float32, 7)
-    k = _dispatch.kernels
+    k = _simd.kernels
     buf = np.empty(x.size + 16, np.float32)
     start = (-buf.ctypes.data // 4) % 16 + offset
     for gamma in (None, np.linspace(0.5, 1.5, 1000).reshape(1, -1)):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import assert_close, expand_param, ref_norm_grads, tiny
 
-GRADS = _dispatch.backward
+GRADS = _simd.backward
 TILE = GRADS.grad_column_tile
 PASS = GRADS.grad_pass_groups
 DX_TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import (OUT_TOL, assert_close, ref_layer_norm, ref_norm_grads, ref_rms_norm,
                        tiny)
 
@@ -245,7 +245,7 @@ def test_images_batch_norm_backward(problem, training):
     if dtype == np.float16:
         offset = min(offset, 100.0)
     x, dy, gamma, mean, rstd = _grad_inputs(rng, (n, c, h, w), dtype, offset, params)
-    if h * w >= _dispatch.kernels.images_inner_min:
+    if h * w >= _simd.kernels.images_inner_min:
         route = fastnorm.explain(fastnorm.batch_norm_backward, dy, x, mean, rstd, gamma,
                                  training=training)
         assert route["schedule"] != "channels"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fastnorm
-import fastnorm._dispatch as dispatch
+import fastnorm._simd as dispatch
 from reference import assert_close, keep_shape, ref_layer_norm, ref_mean_var, ref_rms_norm
 
 

@@ -9,14 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import assert_close, ref_layer_norm, ref_rms_norm
 
 KEPT_MIN_VALUES = (64 << 10) // 8     # FN_KEEP_MIN bytes of float64
 
 
 def _kernels():
-    return _dispatch.kernels
+    return _simd.kernels
 
 
 @settings(max_examples=60, deadline=None)

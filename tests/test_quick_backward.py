@@ -139,8 +139,8 @@ def test_quick_gradients_are_the_general_path(call):
 
 def test_quick_gradients_with_threads():
     # Large enough for the kernels' team: the same bits with 1 and 2 threads.
-    from fastnorm import _dispatch
-    rows = _dispatch.kernels.parallel_min // 256 + 3
+    from fastnorm import _simd
+    rows = _simd.kernels.parallel_min // 256 + 3
     rng = np.random.default_rng(3)
     x = rng.standard_normal((rows, 256)).astype(np.float32)
     dy = rng.standard_normal((rows, 256)).astype(np.float32)
@@ -255,7 +255,7 @@ def test_other_gradient_calls_take_the_general_path(what, change, monkeypatch):
     assert _refused(_arguments(change), change())
     got = _call(_arguments(change))
     # The same call with the quick path out of the way: the same results.
-    monkeypatch.setattr(fastnorm._dispatch.kernels, "fast_norm_backward", lambda *args: None)
+    monkeypatch.setattr(fastnorm._simd.kernels, "fast_norm_backward", lambda *args: None)
     want = _call(_arguments(change))
     for name, a, b in zip(("dx", "dgamma", "dbeta"), got, want):
         assert_bitwise(np.asarray(a), np.asarray(b), name)

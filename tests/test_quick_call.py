@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 import fastpath as _quick
 from reference import (OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_layer_norm,
                        ref_mean_var, ref_rms_norm)
@@ -76,14 +76,14 @@ def test_row_f64_widens_float16_and_float32(simd_level):
             p = (rng.standard_normal(n) * 100).astype(dtype)
             for layout in ("C", "reversed", "every other"):
                 q = _laid_out(p, layout)
-                w = _dispatch.kernels.row_f64(q, ndim)
+                w = _simd.kernels.row_f64(q, ndim)
                 assert w.shape == (1,) * (ndim - 1) + (n,), w.shape
                 assert w.dtype == np.float64 and w.flags.c_contiguous
                 assert_bitwise(w.ravel(), q.astype(np.float64), f"{dtype.__name__} {layout}")
     for bad, ndim in ((np.ones(3), 1), (np.ones((2, 3), np.float32), 2),
                       (np.ones(3, np.float32), 0), (np.ones(3, np.float32), 65)):
         with pytest.raises(ValueError):
-            _dispatch.kernels.row_f64(bad, ndim)
+            _simd.kernels.row_f64(bad, ndim)
 
 
 def _ref_gamma(p):
@@ -133,7 +133,7 @@ def test_quick_path_on_every_simd_level(simd_level):
 def test_quick_path_large_enough_for_threads(threads):
     # At or above the kernels' parallel size the quick path asks for the
     # team; results do not depend on it.
-    rows = _dispatch.kernels.parallel_min // 256 + 3
+    rows = _simd.kernels.parallel_min // 256 + 3
     x = np.random.default_rng(6).standard_normal((rows, 256)).astype(np.float32) + 7
     fastnorm.set_num_threads(threads)
     y = _quick.last_axis(x, -1, "center", 1e-5, None, None)
@@ -313,7 +313,7 @@ def test_quick_mean_var_leaves_other_inputs_to_the_general_path(what, x, ddof):
 def test_quick_mean_var_large_enough_for_threads(threads, dtype, keepdims):
     # At or above the kernels' parallel size the quick path asks for the
     # team; results do not depend on it.
-    rows = _dispatch.kernels.parallel_min // 256 + 3
+    rows = _simd.kernels.parallel_min // 256 + 3
     x = (np.random.default_rng(8).standard_normal((rows, 256)) * 3 + 1e3).astype(dtype)
     fastnorm.set_num_threads(threads)
     try:
@@ -398,7 +398,7 @@ def test_quick_path_does_not_take_out_dtype_or_stats():
 def test_quick_rows_in_c_keep_x_layout_and_bound(order, dtype):
     # The fast path writes y in x's memory order, as np.empty_like would,
     # on either side of the kernels' parallel size, and into out=.
-    k = _dispatch.kernels
+    k = _simd.kernels
     rng = np.random.default_rng(9)
     x = np.asarray(rng.standard_normal((6, 50)) + 3, dtype=dtype, order=order)
     g = rng.uniform(0.5, 2, 50).astype(dtype)[::-1]

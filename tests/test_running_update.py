@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from fastnorm._running import update_running
 
 
@@ -39,7 +39,7 @@ def test_the_c_loop_rounds_as_numpy(dtype, size, seed, offset, momentum, n):
     mean = offset + rng.standard_normal(size) * 1e-3   # cancels against (1 - m) rm
     var = rng.uniform(0.0, 10.0, size)
     want_m, want_v = _numpy_update(rm, rv, mean, var, momentum, n)
-    assert _dispatch.kernels.update_running(rm, rv, mean, var, momentum, n / (n - 1))
+    assert _simd.kernels.update_running(rm, rv, mean, var, momentum, n / (n - 1))
     np.testing.assert_array_equal(rm, want_m)
     np.testing.assert_array_equal(rv, want_v)
 
@@ -77,7 +77,7 @@ def test_other_buffers_take_numpys_way_to_the_same_values(layout):
     rm64, rm, rv, mean, var = _buffers(layout)
     want_m, want_v = _numpy_update(rm, rv, mean, var, 0.25, 7)
     _, c_rm, c_rv, c_mean, c_var = _buffers(layout)
-    taken = _dispatch.kernels.update_running(c_rm, c_rv, c_mean, c_var, 0.25, 7 / 6)
+    taken = _simd.kernels.update_running(c_rm, c_rv, c_mean, c_var, 0.25, 7 / 6)
     assert taken == (layout == "keepdims")   # the C loop takes contiguous ones only
     update_running(rm, rv, mean, var, 0.25, 7)
     np.testing.assert_array_equal(rm, want_m)

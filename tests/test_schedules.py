@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import assert_bitwise
 
-SAME_SPLIT = _dispatch.kernels.same_split_bytes
+SAME_SPLIT = _simd.kernels.same_split_bytes
 
 
 def _x(rows, cols, dtype, seed=0):

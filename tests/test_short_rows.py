@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm
 from strategies import row_problem
 
@@ -237,4 +237,4 @@ def test_short_rows_invariances(shape):
     y1 = fastnorm.layer_norm(x, eps=0.0)
     y2 = fastnorm.layer_norm(a * x + b, eps=0.0)
     assert_close(y2, y1, 1e-11 * (1 + np.abs(y1)), "invariance")
-    assert _dispatch.kernels.layout_pattern(x, (False, True)) == "slices"
+    assert _simd.kernels.layout_pattern(x, (False, True)) == "slices"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 
 import fastnorm
-import fastnorm._dispatch as dispatch
+import fastnorm._simd as dispatch
 from checks import check_batch_norm, check_layer_norm, check_mean_var, check_rms_norm
 from reference import assert_close, keep_shape, ref_layer_norm, ref_mean_var, ref_rms_norm
 from strategies import mean_var_specs, normalizer_spec
@@ -53,7 +53,7 @@ def test_unknown_level_is_rejected():
 
 
 def test_fastnorm_simd_environment_variable(run_python):
-    code = "import fastnorm._dispatch as d; print(d.kernels.build_info()['variant'])"
+    code = "import fastnorm._simd as d; print(d.kernels.build_info()['variant'])"
     r = run_python(code, FASTNORM_SIMD="baseline")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "baseline"

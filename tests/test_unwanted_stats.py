@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _dispatch
+from fastnorm import _simd
 from reference import (OUT_TOL, assert_bitwise, assert_close, ref_group_norm, ref_layer_norm,
                        ref_rms_norm)
 
@@ -94,7 +94,7 @@ def test_weight_standardize_matches_layer_norm_with_stats():
 @pytest.mark.parametrize("mode", ["given", "stats"])
 def test_kernel_refuses_missing_stats_where_it_needs_them(mode):
     # 'given' reads the statistics and 'stats' has nothing else to give.
-    k = _dispatch.kernels
+    k = _simd.kernels
     x = np.ones((4, 8))
     with pytest.raises(ValueError, match="statistics"):
         k.forward(x, np.empty_like(x), None, None, None, None, None, (False, True),
@@ -102,7 +102,7 @@ def test_kernel_refuses_missing_stats_where_it_needs_them(mode):
 
 
 def test_kernel_refuses_half_the_stats_or_no_output():
-    k = _dispatch.kernels
+    k = _simd.kernels
     x = np.ones((4, 8))
     s = np.empty((4, 1))
     with pytest.raises(ValueError, match="statistics"):

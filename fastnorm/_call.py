@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from . import _dispatch, _explain
+from . import _simd, _explain
 from ._args import (check_out, detach, keepdims_shape, reduced_mask, result_dtypes,
                     split_out, warn_empty, writable_target)
 from ._config import team_size
@@ -38,7 +38,7 @@ def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
                 if s is not None:
                     s.fill(np.nan)
         return s0, s1, s2
-    k = _dispatch.kernels
+    k = _simd.kernels
     mask, m, threads = reduced_mask(axes, x.ndim), k.MODES[mode], team_size()
     if _explain.explaining and _explain.active():
         _explain.kernel(k.explain_forward(x, y, gamma, beta, s0, s1, s2, mask, m, threads, fresh))

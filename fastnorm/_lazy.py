@@ -28,7 +28,7 @@ def via_dask(func, arguments):
     """Run the Dask version of public function `func` with `arguments`, the
     call's arguments by name (the function's ``locals()``: names that are
     not parameters of `func` are left out)."""
-    from . import _dask
+    from ._dask import api as _dask
     code = func.__code__
     names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
     return getattr(_dask, func.__name__)(**{k: arguments[k] for k in names})

@@ -17,11 +17,12 @@ import math
 import dask.array as da
 import numpy as np
 
-from . import _dask_tasks as tasks, _grad
-from ._args import axes_tuple, batch_axes, keepdims_shape
-from ._dask_args import aligned, conformed, lazy_array, lazy_input, no_out, stand_in
-from ._dask_graph import channel_param, chunkwise, per_chunk, whole_slices
-from ._family import Groups
+from .. import _grad
+from . import tasks
+from .._args import axes_tuple, batch_axes, keepdims_shape
+from .args import aligned, conformed, lazy_array, lazy_input, no_out, stand_in
+from .graph import channel_param, chunkwise, per_chunk, whole_slices
+from .._family import Groups
 
 
 def _pair(dy, x):

@@ -19,9 +19,9 @@ import threading
 
 import numpy as np
 
-from ._args import as_input
-from ._config import thread_cap
-from ._run import kernel_stats, normalize
+from .._args import as_input
+from .._config import thread_cap
+from .._call import kernel_stats, normalize
 
 # The tree reduction's result: per slice the mean (of x, or of x**2 for RMS
 # statistics) and, for moments, the sum of squared deviations.

@@ -8,9 +8,9 @@ import dask
 import dask.array as da
 import numpy as np
 
-from . import _dask_tasks as tasks
-from ._args import param, result_dtypes, warn_empty
-from ._dask_args import aligned, lazy_array
+from . import tasks
+from .._args import param, result_dtypes, warn_empty
+from .args import aligned, lazy_array
 
 _F64 = np.dtype(np.float64)
 

@@ -24,16 +24,17 @@ import dask
 import dask.array as da
 import numpy as np
 
-from . import _api, _dask_tasks as tasks, _family
-from ._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
+from .. import _api, _family
+from . import tasks
+from .._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
                     result_dtypes, running_stat)
-from ._dask_args import aligned, lazy_input, no_out
-from ._dask_graph import (channel_param, field, given_normalize, lazy_param, merged_states, meta,
+from .args import aligned, lazy_input, no_out
+from .graph import (channel_param, field, given_normalize, lazy_param, merged_states, meta,
                           normalized, per_chunk, rstd_of, slice_stats, stat_out, whole_slices)
-from ._dask_grad import (batch_norm_backward, group_norm_backward,  # noqa: F401
+from .grad import (batch_norm_backward, group_norm_backward,  # noqa: F401
                          layer_norm_backward, rms_norm_backward)
-from ._family import Groups
-from ._running import update_running
+from .._family import Groups
+from .._running import update_running
 
 
 # --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ float64 in keepdims layout, chunked like x along the axes it shares with x.
 import numpy as np
 import dask.array as da
 
-from ._args import as_input
+from .._args import as_input
 
 
 def stand_in(a):
