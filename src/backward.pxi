@@ -34,10 +34,19 @@ cdef float ONE_F = 1.0
 cdef double ONE_D = 1.0
 
 
+cdef enum:
+    # What a gradient call does (the Dask path cuts a slice's passes apart)
+    PHASE_BOTH = 0      # pass 1, then pass 2
+    PHASE_SUMS = 1      # pass 1 only: each slice's sums A, B and the parameter sums
+    PHASE_DX = 2        # pass 2 only, from each slice's sums A, B given
+
 cdef struct Grad:
     const Layout* L
     const Route* R
     int mode
+    int phase
+    char* sa                  # PHASE_SUMS, PHASE_DX: each slice's A and B, at
+    char* sb                  # the statistics' offsets (OP_S)
     double inv_n              # 1 / values per slice
     Py_ssize_t n_param        # entries of gamma
     Py_ssize_t n_blocks       # blocks of slices (SLICES) or rows (COLUMNS)
@@ -237,6 +246,26 @@ cdef inline void out_dx(const Grad* g, const char* xp, Py_ssize_t sx, const char
     fn_strided_grad(xp, sx, dyp, sdy, tcode(ki), dxp, sdx, ocode(ko), gp, sg, n, m, r, a, b)
 
 
+cdef inline bint given_sums(const Grad* g, Py_ssize_t off, Sums* acc) noexcept nogil:
+    """PHASE_DX: acc = the sums given for the slice at statistics offset
+    off (true); other phases: false."""
+    if g.phase != PHASE_DX:
+        return False
+    acc.a = (<const double*>(g.sa + off))[0]
+    acc.b = (<const double*>(g.sb + off))[0]
+    return True
+
+
+cdef inline bint kept_sums(const Grad* g, Py_ssize_t off, const Sums* acc) noexcept nogil:
+    """PHASE_SUMS: write the slice's sums at statistics offset off and say
+    so (true: no pass 2); other phases: false."""
+    if g.phase != PHASE_SUMS:
+        return False
+    (<double*>(g.sa + off))[0] = acc.a
+    (<double*>(g.sb + off))[0] = acc.b
+    return True
+
+
 cdef inline void slice_coefs(const Grad* g, const Sums* acc, double* a, double* b) noexcept nogil:
     """The a, b of pass 2 from a slice's sums A, B."""
     grad_ab(g.mode, g.inv_n, acc.a, acc.b, a, b)
@@ -267,7 +296,7 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
         ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES, inner.size * inner.stride[OP_X])
         odo_init(&s_next, L.kept, L.n_kept, si + 1)
     odo_init(&r, L.red, L.n_red - 1, 0)
-    for ri in range(n_runs):
+    for ri in range(0 if given_sums(g, s.off[OP_S], &acc) else n_runs):
         if ahead > 0:
             fetch_lines(L.base[OP_X] + s_next.off[OP_X] + r.off[OP_X], ahead)
             fetch_lines(L.base[OP_DY] + s_next.off[OP_DY] + r.off[OP_DY], ahead)
@@ -278,6 +307,8 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
                  L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
                  g.gamma + go, inner.stride[OP_G], pg, pb, inner.size, m, rs, &acc, ki)
         odo_next(&r, L.red, L.n_red - 1)
+    if kept_sums(g, s.off[OP_S], &acc):
+        return
     slice_coefs(g, &acc, &a, &b)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
@@ -400,8 +431,20 @@ cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
         else:
             xa[k] = NULL
             da[k] = NULL
-    rows_sums(xp, dyp, <const double*>g.gamma, <double*>(<char*>part + g.gshift),
-              <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, xa, da, ki)
+    if g.phase == PHASE_DX:
+        odo_init(&s, L.kept, L.n_kept, si)
+        for k in range(GRAD_ROWS):
+            given_sums(g, s.off[OP_S], &acc[k])
+            odo_next(&s, L.kept, L.n_kept)
+    else:
+        rows_sums(xp, dyp, <const double*>g.gamma, <double*>(<char*>part + g.gshift),
+                  <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, xa, da, ki)
+    if g.phase == PHASE_SUMS:
+        odo_init(&s, L.kept, L.n_kept, si)
+        for k in range(GRAD_ROWS):
+            kept_sums(g, s.off[OP_S], &acc[k])
+            odo_next(&s, L.kept, L.n_kept)
+        return
     for k in range(GRAD_ROWS):
         slice_coefs(g, &acc[k], &a, &b)
         out_dx(g, xp[k], sizeof(in_t), dyp[k], sizeof(in_t), g.gamma, sizeof(double),
@@ -560,18 +603,25 @@ cdef int images_run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
         fn_free(g.partial)
         fn_free(ab)
         return -1
-    for i in prange(g.n_blocks, num_threads=min(<Py_ssize_t>nthreads, g.n_blocks),
-                    schedule="runtime"):
-        image_block_sums(g, i, ki)
+    if g.phase != PHASE_DX:
+        for i in prange(g.n_blocks, num_threads=min(<Py_ssize_t>nthreads, g.n_blocks),
+                        schedule="runtime"):
+            image_block_sums(g, i, ki)
     add_partials(g, 0, g.n_param)
     # A = gamma sum(dy), B = gamma sum(dy * xhat), per slice.
     odo_init(&s, L.kept, L.n_kept, 0)
     for i in range(L.n_slices):
-        gv = param_at(g.gamma + s.off[OP_G])[0]
-        acc.a = gv * (<const double*>(g.dbeta + g.gshift + s.off[OP_G]))[0]
-        acc.b = gv * (<const double*>(g.dgamma + g.gshift + s.off[OP_G]))[0]
+        if not given_sums(g, s.off[OP_S], &acc):
+            gv = param_at(g.gamma + s.off[OP_G])[0]
+            acc.a = gv * (<const double*>(g.dbeta + g.gshift + s.off[OP_G]))[0]
+            acc.b = gv * (<const double*>(g.dgamma + g.gshift + s.off[OP_G]))[0]
+            kept_sums(g, s.off[OP_S], &acc)
         slice_coefs(g, &acc, &ab[2 * i], &ab[2 * i + 1])
         odo_next(&s, L.kept, L.n_kept)
+    if g.phase == PHASE_SUMS:
+        fn_free(g.partial)
+        fn_free(ab)
+        return 0
     # Rows of at least half a vector: one run of rows per image.
     if in_t is float and out_t is float:
         if 2 * run_len >= FN_WF:
@@ -857,11 +907,18 @@ cdef inline void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
     With columns in groups, A and B stay unscaled for cols_fold_group."""
     cdef Py_ssize_t b, ns = g.sstride, off, s_off
     cdef double a = 0.0, bb = 0.0, gs
+    cdef Sums acc
+    kept_offsets(g.L, si, &s_off, &off)
+    if given_sums(g, s_off, &acc):
+        if g.slice_param:
+            (<double*>(g.dbeta + g.gshift + off))[0] = 0.0
+            (<double*>(g.dgamma + g.gshift + off))[0] = 0.0
+        cols_scale(g, si, acc.a, acc.b)
+        return
     for b in range(g.n_blocks):
         a = a + g.sums[2 * b * ns + si]
         bb = bb + g.sums[2 * b * ns + ns + si]
     if g.slice_param:
-        kept_offsets(g.L, si, &s_off, &off)
         (<double*>(g.dbeta + g.gshift + off))[0] = a
         (<double*>(g.dgamma + g.gshift + off))[0] = bb
         if g.group > 1:
@@ -871,7 +928,10 @@ cdef inline void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
         gs = (<const double*>(g.gamma + off))[0]
         a = a * gs
         bb = bb * gs
-    cols_scale(g, si, a, bb)
+    acc.a = a
+    acc.b = bb
+    if not kept_sums(g, s_off, &acc):
+        cols_scale(g, si, a, bb)
 
 
 cdef void cols_fold_group(const Grad* g, Py_ssize_t first) noexcept nogil:
@@ -1080,20 +1140,22 @@ cdef int run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
             return -1
     nthreads = min(<Py_ssize_t>g.R.threads, g.n_blocks)
     if L.columns:
-        if g.slice_param:
-            for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
-                cols_sums_per_slice(g, i, ki)
-        else:
-            for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
-                cols_sums(g, i, ki)
+        if g.phase != PHASE_DX:
+            if g.slice_param:
+                for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
+                    cols_sums_per_slice(g, i, ki)
+            else:
+                for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
+                    cols_sums(g, i, ki)
         for i in prange(chunks(L.n_slices), num_threads=nthreads, schedule="static"):
             cols_fold_chunk(g, i)
         if g.group > 1:
             for i in prange(L.n_slices // g.group, num_threads=nthreads, schedule="static"):
                 cols_fold_group(g, i * g.group)
-        cols_folded_coefs(g, ki)
-        for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
-            cols_dx(g, i, ki, ko)
+        if g.phase != PHASE_SUMS:
+            cols_folded_coefs(g, ki)
+            for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
+                cols_dx(g, i, ki, ko)
     else:
         if in_t is float and out_t is float:
             if L.red[L.n_red - 1].stride[OP_G] == sizeof(double) and g.n_param <= G32_MAX:
@@ -1175,7 +1237,7 @@ cdef int channels_backward(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
     M.red[0].stride[OP_DY] = M.red[0].stride[OP_X]
     M.kept[0].stride[OP_DY] = M.kept[0].stride[OP_X]
     route_backward(&RM, &M, tcode(ki), g.R.threads, g.R.fresh, True,
-                   M.n_slices * M.slice_len * <Py_ssize_t>sizeof(in_t), g.R.out_bytes)
+                   M.n_slices * M.slice_len * <Py_ssize_t>sizeof(in_t), g.R.out_bytes, True)
     repeat_operand(L, OP_G, arrays)
     repeat_operand(L, OP_S, arrays + cols)
     for ch in range(n_ch):

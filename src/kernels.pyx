@@ -150,52 +150,63 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     return route_dict(&R, &L)
 
 
-cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarray x,
-                        cnp.ndarray dx, cnp.ndarray gamma, cnp.ndarray mean, cnp.ndarray rstd,
+cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarray x, dx,
+                        cnp.ndarray gamma, cnp.ndarray mean, cnp.ndarray rstd,
                         cnp.ndarray dgamma, cnp.ndarray dbeta, tuple reduced, int mode,
-                        int nthreads, bint fresh) except -1:
+                        int nthreads, bint fresh, int phase, sa, sb,
+                        double n) except -1:
     """The layout, route and gradient record of a backward call."""
     cdef int in_code = type_code(x)
+    cdef Py_ssize_t sshift
     if type_code(dy) != in_code:
         raise TypeError("dy and x must have the same dtype")
+    if (phase == PHASE_BOTH) != (sa is None) or (phase == PHASE_SUMS) != (dx is None):
+        raise ValueError("backward: dx is written unless the sums alone are asked for, "
+                         "and sums are given or asked for in one phase alone")
     # Slots: x, dx (output), gamma (its strides also address the gradient
     # buffers), dy (the beta slot), statistics.
     make_layout(L, x, (dx, gamma, dy, mean, rstd, None), reduced)
     route_backward(R, L, in_code, nthreads, fresh,
-                   cnp.PyArray_IS_C_CONTIGUOUS(dx) or cnp.PyArray_IS_F_CONTIGUOUS(dx),
-                   x.nbytes, dx.nbytes)
+                   dx is not None and (cnp.PyArray_IS_C_CONTIGUOUS(dx)
+                                       or cnp.PyArray_IS_F_CONTIGUOUS(dx)),
+                   x.nbytes, 0 if dx is None else dx.nbytes, phase == PHASE_BOTH)
     g.L = L
     g.R = R
     g.mode = mode
+    g.phase = phase
     g.group = 1
-    g.inv_n = 1.0 / <double>L.slice_len
+    g.inv_n = 1.0 / (n if n > 0 else <double>L.slice_len)
     g.n_param = gamma.size
     g.gamma = <const char*>cnp.PyArray_DATA(gamma)
     g.dgamma = <char*>cnp.PyArray_DATA(dgamma)
     g.dbeta = <char*>cnp.PyArray_DATA(dbeta)
     # make_layout may have walked negative x strides forwards, moving gamma's
-    # base; the partial buffers (gamma's layout) move the same way.
+    # and the statistics' bases; the partial buffers (gamma's layout) and the
+    # sums (the statistics') move the same way.
     g.gshift = L.base[OP_G] - g.gamma
     g.gamma = <const char*>L.base[OP_G]
+    g.sa = g.sb = NULL
+    if sa is not None:
+        sshift = L.stat[0] - <char*>cnp.PyArray_DATA(mean)
+        g.sa = <char*>cnp.PyArray_DATA(sa) + sshift
+        g.sb = <char*>cnp.PyArray_DATA(sb) + sshift
     return 0
 
 
-def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
-             cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
-             tuple reduced, int mode, int nthreads, bint fresh=False):
-    """One backward call.  dy and x share a float dtype; dx has x's shape;
-    gamma, dgamma, dbeta are C-contiguous float64 arrays of one keepdims shape
-    (gamma all ones where the forward had none); mean and rstd C-contiguous
-    float64 in keepdims layout (mean zeros for RMS).  fresh: dx was just
-    allocated (its pages are not yet touched)."""
+cdef int run_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma, cnp.ndarray mean,
+                      cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta, tuple reduced,
+                      int mode, int nthreads, bint fresh, int phase, sa, sb,
+                      double n) except -1:
     cdef Layout L
     cdef Route R
     cdef Grad g
-    cdef int rc, in_code = type_code(x), out_code = type_code(dx)
+    cdef int rc, in_code = type_code(x), out_code = in_code
     cdef char* dx_data
     cdef Py_ssize_t dx_bytes
     backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode,
-                   nthreads, fresh)
+                   nthreads, fresh, phase, sa, sb, n)
+    if dx is not None:
+        out_code = type_code(dx)
     schedule_for(x.nbytes, R.guided)
     if R.fault_in:
         # (a fresh dx streamed is written channel by channel: each thread
@@ -213,6 +224,38 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
             rc = backward_in(&g, out_code, <double*>NULL)
     if rc != 0:
         raise MemoryError("fastnorm: could not allocate scratch memory")
+    return 0
+
+
+def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
+             cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
+             tuple reduced, int mode, int nthreads, bint fresh=False, sums=None,
+             double n=0.0):
+    """One backward call.  dy and x share a float dtype; dx has x's shape;
+    gamma, dgamma, dbeta are C-contiguous float64 arrays of one keepdims shape
+    (gamma all ones where the forward had none); mean and rstd C-contiguous
+    float64 in keepdims layout (mean zeros for RMS).  fresh: dx was just
+    allocated (its pages are not yet touched).  sums: (A, B), each slice's
+    sums over all its values (backward_sums, added up over the parts of a
+    slice) in the statistics' layout, and n its number of values: dx
+    alone, from them (dgamma and dbeta come back zero)."""
+    if sums is None:
+        run_backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode, nthreads,
+                     fresh, PHASE_BOTH, None, None, 0.0)
+    else:
+        run_backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode, nthreads,
+                     fresh, PHASE_DX, sums[0], sums[1], n)
+
+
+def backward_sums(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray gamma, cnp.ndarray mean,
+                  cnp.ndarray rstd, cnp.ndarray sum_a, cnp.ndarray sum_b, cnp.ndarray dgamma,
+                  cnp.ndarray dbeta, tuple reduced, int mode, int nthreads):
+    """Pass 1 of a backward call alone: each slice's sums A = sum(dy gamma)
+    and B = sum(dy gamma xhat) into sum_a and sum_b (C-contiguous float64 in
+    the statistics' layout), and the parameter sums into dgamma and dbeta,
+    over the values of x (a part of each slice, for the Dask path)."""
+    run_backward(dy, x, None, gamma, mean, rstd, dgamma, dbeta, reduced, mode, nthreads,
+                 False, PHASE_SUMS, sum_a, sum_b, 0.0)
 
 
 def explain_backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
@@ -224,8 +267,48 @@ def explain_backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray 
     cdef Route R
     cdef Grad g
     backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode,
-                   nthreads, fresh)
+                   nthreads, fresh, PHASE_BOTH, None, None, 0.0)
     return route_dict(&R, &L)
+
+
+def merge_moments(cnp.ndarray n_a, cnp.ndarray mean_a, m2_a, cnp.ndarray n_b,
+                  cnp.ndarray mean_b, m2_b):
+    """Fold the moments of part b of some slices into those of part a, slice
+    by slice, in place (chan; an empty part is skipped): counts, means and
+    M2 as C-contiguous float64 arrays of one size (m2_a and m2_b both None
+    for means alone, such as means of squares)."""
+    cdef Py_ssize_t i, size = cnp.PyArray_SIZE(n_a)
+    cdef double* na
+    cdef double* ma
+    cdef double* qa = NULL
+    cdef const double* nb
+    cdef const double* mb
+    cdef const double* qb = NULL
+    cdef double unused = 0.0
+    for a in (n_a, mean_a, n_b, mean_b) + ((m2_a, m2_b) if m2_a is not None else ()):
+        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_ISCARRAY(a)
+                and cnp.PyArray_SIZE(a) == size):
+            raise ValueError("merge_moments takes C-contiguous float64 arrays of one size")
+    na = <double*>cnp.PyArray_DATA(n_a)
+    ma = <double*>cnp.PyArray_DATA(mean_a)
+    nb = <const double*>cnp.PyArray_DATA(n_b)
+    mb = <const double*>cnp.PyArray_DATA(mean_b)
+    if m2_a is not None:
+        qa = <double*>cnp.PyArray_DATA(<cnp.ndarray>m2_a)
+        qb = <const double*>cnp.PyArray_DATA(<cnp.ndarray>m2_b)
+    with nogil:
+        for i in range(size):
+            if nb[i] == 0.0:
+                continue
+            if na[i] == 0.0:
+                ma[i] = mb[i]
+                if qa != NULL:
+                    qa[i] = qb[i]
+            elif qa != NULL:
+                chan(na[i], &ma[i], &qa[i], nb[i], mb[i], qb[i])
+            else:
+                chan(na[i], &ma[i], &unused, nb[i], mb[i], 0.0)
+            na[i] = na[i] + nb[i]
 
 
 def layout_pattern(cnp.ndarray x, tuple reduced):

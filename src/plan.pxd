@@ -610,10 +610,11 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
 
 
 cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, bint fresh,
-                               bint dx_contiguous, Py_ssize_t x_bytes,
-                               Py_ssize_t dx_bytes) noexcept nogil:
+                               bint dx_contiguous, Py_ssize_t x_bytes, Py_ssize_t dx_bytes,
+                               bint both_passes) noexcept nogil:
     """Decide how a gradient runs: x and dy of element code xt, dx of x's
-    type in the output slot (OP_Y), dy in the bias slot (OP_B)."""
+    type in the output slot (OP_Y, absent: no bytes), dy in the bias slot
+    (OP_B); both_passes false for one pass of the two (the Dask path)."""
     cdef Py_ssize_t isz = code_size(xt)
     cdef int a
     R.threads = 1 if L.n_slices * L.slice_len < PARALLEL_MIN else nthreads
@@ -635,13 +636,14 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
         return 0
     # Runs of a few values as columns, up to the run length from which the
     # image order is faster.
-    if (channels_fit(L, isz, GRADIENT_COLUMN_BYTES, x_bytes, OP_Y, isz)
+    if (both_passes and channels_fit(L, isz, GRADIENT_COLUMN_BYTES, x_bytes, OP_Y, isz)
             and c_block(L, OP_B, isz) and L.red[1].size < IMAGES_INNER_MIN):
         R.pattern = IMAGES
         R.way = WAY_CHANNELS
         R.inner = L.red[1].size
         return 0
-    if images_fit(L, (1 << OP_X) | (1 << OP_Y) | (1 << OP_B), 1 << OP_G, isz, 1):
+    if images_fit(L, (1 << OP_X) | (1 << OP_B) | ((1 << OP_Y) if dx_bytes else 0), 1 << OP_G,
+                  isz, 1):
         R.pattern = IMAGES
         R.way = WAY_IMAGES
         return 0

@@ -54,13 +54,14 @@ def _count(x, axes):
 def gradients(dy, x, mean, rstd, g, mode, axes, n, per_slice=None, numpy_func=None,
               **kwargs):
     """dx (x's dtype) and the float64 sums dgamma, dbeta in g's keepdims
-    layout, for per-chunk sums over `axes` (n values per slice).  mean is
-    None for RMS.  per_slice turns per-chunk-axes sums into each slice's
-    (group norm adds up channels); numpy_func(dy, x=, mean=, rstd=, gamma=,
-    axis=axes, **kwargs) gives dx of chunks that hold whole slices."""
+    layout, for statistics over `axes` (n values per slice; mean None for
+    RMS), from the kernels' two passes chunk by chunk.  per_slice turns
+    per-chunk-axes sums into each slice's (group norm adds up channels);
+    numpy_func(dy, x=, mean=, rstd=, gamma=, axis=axes, **kwargs) gives dx
+    of chunks that hold whole slices."""
     shared = tuple(i for i, s in enumerate(g.shape) if s == 1)  # gamma broadcast along them
-    sums = chunkwise(functools.partial(tasks.param_sums_block, axes=shared), dy,
-                     (x, mean, rstd), tasks.PARAM_SUMS, "param-sums", summed=shared)
+    sums = chunkwise(functools.partial(tasks.param_sums_block, axes=axes, mode=mode), dy,
+                     (x, mean, rstd, g), tasks.PARAM_SUMS, "param-sums", summed=shared)
     dgamma, dbeta = (sums[f].sum(axis=shared, keepdims=True) for f in ("dgamma", "dbeta"))
     if numpy_func is not None and whole_slices(x, axes):
         stats = {"rstd": rstd} if mean is None else {"mean": mean, "rstd": rstd}
@@ -69,13 +70,14 @@ def gradients(dy, x, mean, rstd, g, mode, axes, n, per_slice=None, numpy_func=No
         return dx, dgamma, dbeta
     a = b = None
     if mode != "scale":
-        parts = chunkwise(functools.partial(tasks.slice_sums_block, axes=axes), dy,
+        parts = chunkwise(functools.partial(tasks.slice_sums_block, axes=axes, mode=mode), dy,
                           (x, mean, rstd, g), tasks.SLICE_SUMS, "slice-sums", summed=axes)
         a, b = (parts[f].sum(axis=axes, keepdims=True) for f in ("a", "b"))
         if per_slice is not None:
             a, b = per_slice(a), per_slice(b)
         a = a if mode == "center" else None
-    dx = chunkwise(functools.partial(tasks.dx_block, n=n, out_dtype=x.dtype), dy,
+    dx = chunkwise(functools.partial(tasks.dx_block, axes=axes, mode=mode, n=n,
+                                     out_dtype=x.dtype), dy,
                    (x, mean, rstd, g, aligned(a, x), aligned(b, x)), x.dtype, "dx")
     return dx, dgamma, dbeta
 

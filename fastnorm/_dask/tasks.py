@@ -1,12 +1,16 @@
 """What runs inside Dask's tasks: the kernels on one chunk, and the merge of
-per-chunk statistics in Dask's tree reduction.
+per-chunk statistics in Dask's tree reduction, all the kernels' own.
 
 A chunk's statistics are its Welford state ``(n, mean, m2)`` per slice (the
-kernels' own single-pass result on that chunk), or ``(n, mean of squares,
-None)`` for RMS statistics; states of neighbouring chunks are merged with
-Chan et al.'s formula, in whatever tree ``split_every`` asks for.  A chunk
+kernels' own single-pass result on that chunk; n an array, one count per
+slice), or ``(n, mean of squares, None)`` for RMS statistics; states of
+neighbouring chunks are merged by the kernels' Chan merge
+(``merge_moments``), in whatever tree ``split_every`` asks for.  A chunk
 then normalizes itself with the merged statistics through the kernels'
-"given statistics" mode, the pass batch norm's eval uses.
+"given statistics" mode, the pass batch norm's eval uses.  Gradients
+alike: each chunk's part of its slices' sums from the kernels' first pass
+(``backward_sums``), added up across chunks, then each chunk's dx from the
+totals (``backward`` with ``sums=``).
 
 Every kernel call here runs under a thread ceiling: Dask already runs one
 task per thread, and OpenMP teams of all the cores inside each of them would
@@ -19,8 +23,9 @@ import threading
 
 import numpy as np
 
-from .._args import as_input
-from .._config import thread_cap
+from .. import _simd
+from .._args import as_input, reduced_mask
+from .._config import team_size, thread_cap
 from .._call import kernel_stats, normalize
 
 # The tree reduction's result: per slice the mean (of x, or of x**2 for RMS
@@ -74,13 +79,13 @@ def sharing_cores():
 
 def _chunk_state(block, axes, mode):
     shape = tuple(1 if i in axes else s for i, s in enumerate(block.shape))
-    n = math.prod(block.shape[i] for i in axes)
+    count = math.prod(block.shape[i] for i in axes)
     if block.size == 0:
         # Nothing to read: the state of no values, which every merge skips.
-        return 0, np.zeros(shape), (np.zeros(shape) if mode == "stats" else None)
+        return np.zeros(shape), np.zeros(shape), (np.zeros(shape) if mode == "stats" else None)
     with sharing_cores():
         s0, s1, _ = kernel_stats(as_input(block), axes, mode)
-    return n, s0, (s1 if mode == "stats" else None)
+    return np.full(shape, float(count)), s0, (s1 if mode == "stats" else None)
 
 
 def chunk_moments(block, axis, keepdims, computing_meta=False):
@@ -104,31 +109,16 @@ def _states(parts):
     return [s for p in parts for s in _states(p)]
 
 
-def chan_merge(a, b):
-    """Two states of disjoint parts of the same slices as one (Chan et al.):
-    the mean moves by the weighted difference, m2 gains the spread between
-    the two means.  An empty part is skipped (its mean is undefined)."""
-    na, ma, m2a = a
-    nb, mb, m2b = b
-    if nb == 0:
-        return a
-    if na == 0:
-        return b
-    n = na + nb
-    delta = mb - ma
-    mean = ma + delta * (nb / n)
-    m2 = None if m2a is None else m2a + m2b + delta * delta * (na * (nb / n))
-    return n, mean, m2
-
-
 def combine_states(parts, axis, keepdims):
-    """Dask's combine step: the states of up to split_every chunks as one."""
+    """Dask's combine step: the states of up to split_every chunks as one
+    (new arrays: Dask's own may be shared or read-only)."""
     states = _states(parts)
-    merged = states[0]
-    with np.errstate(invalid="ignore", over="ignore"):
-        for s in states[1:]:
-            merged = chan_merge(merged, s)
-    return merged
+    n, mean, m2 = (None if a is None else np.array(a, dtype=np.float64, order="C")
+                   for a in states[0])
+    for s in states[1:]:
+        b = [None if a is None else kernel_ready(a) for a in s]
+        _simd.kernels.merge_moments(n, mean, m2, b[0], b[1], b[2])
+    return n, mean, m2
 
 
 def aggregate_states(parts, axis, keepdims, computing_meta=False):
@@ -138,12 +128,9 @@ def aggregate_states(parts, axis, keepdims, computing_meta=False):
         return parts
     n, mean, m2 = combine_states(parts, axis, keepdims)
     out = np.empty(mean.shape, SQUARES if m2 is None else MOMENTS)
-    if n == 0:
-        out.fill(np.nan)
-        return out
-    out["mean"] = mean
+    out["mean"] = np.where(n == 0, np.nan, mean)
     if m2 is not None:
-        out["m2"] = m2
+        out["m2"] = np.where(n == 0, np.nan, m2)
     return out
 
 
@@ -182,26 +169,26 @@ def numpy_block(func, names, index, block, *arrays):
 
 def merge_groups(states, groups, axis, per_channel):
     """MOMENTS per channel (along `axis`, whole) merged within each of
-    `groups` groups of neighbouring channels, each channel's state holding
-    per_channel values."""
+    `groups` groups of neighbouring channels, in channel order, each
+    channel's state holding per_channel values."""
     shape = states.shape[:axis] + (groups, states.shape[axis] // groups) + states.shape[axis + 1:]
     mean, m2 = states["mean"].reshape(shape), states["m2"].reshape(shape)
-    merged = None
-    with np.errstate(invalid="ignore", over="ignore"):
-        for j in range(mean.shape[axis + 1]):
-            s = (per_channel, np.take(mean, j, axis=axis + 1), np.take(m2, j, axis=axis + 1))
-            merged = s if merged is None else chan_merge(merged, s)
+    part = [np.ascontiguousarray(np.take(a, 0, axis=axis + 1)) for a in (mean, m2)]
+    n, count = np.full(part[0].shape, float(per_channel)), np.full(part[0].shape,
+                                                                   float(per_channel))
+    for j in range(1, mean.shape[axis + 1]):
+        _simd.kernels.merge_moments(n, part[0], part[1], count,
+                                    np.ascontiguousarray(np.take(mean, j, axis=axis + 1)),
+                                    np.ascontiguousarray(np.take(m2, j, axis=axis + 1)))
     out = np.empty(states.shape[:axis] + (groups,) + states.shape[axis + 1:], MOMENTS)
-    out["mean"], out["m2"] = merged[1], merged[2]
+    out["mean"], out["m2"] = part
     return out
 
 
 # --------------------------------------------------------------------------
-# gradients, one chunk at a time (NumPy in float64; nothing the size of the
-# chunk outlives its task)
-#
-# Per slice, with xhat = (x - mean) * rstd and gd = dy * gamma:
-# dx = rstd * (gd - A/n - xhat * B/n), A = sum(gd), B = sum(gd * xhat).
+# gradients, one chunk at a time: the kernels' first pass gives a chunk's
+# part of each slice's sums A = sum(dy gamma), B = sum(dy gamma xhat) and of
+# the parameter sums; the second, dx from the totals.
 
 # A chunk's part of the sums A and B of its slices, and of the sums that
 # make dgamma and dbeta.
@@ -209,40 +196,56 @@ SLICE_SUMS = np.dtype([("a", np.float64), ("b", np.float64)])
 PARAM_SUMS = np.dtype([("dgamma", np.float64), ("dbeta", np.float64)])
 
 
-def _xhat(x, mean, rstd):
-    x = np.asarray(x, dtype=np.float64)
-    return x * rstd if mean is None else (x - mean) * rstd
+def _pass_one(dy, x, mean, rstd, gamma, axes, mode):
+    """The kernels' first pass over one chunk: (A, B) in the statistics'
+    layout and (dgamma, dbeta) in gamma's (mean None: RMS, no centring)."""
+    k = _simd.kernels
+    x, dy = as_input(x), as_input(dy, "dy")
+    rstd, gamma = kernel_ready(rstd), kernel_ready(gamma)
+    mean = np.zeros_like(rstd) if mean is None else kernel_ready(mean)
+    a, b = np.empty(rstd.shape), np.empty(rstd.shape)
+    dg, db = np.empty(gamma.shape), np.empty(gamma.shape)
+    with sharing_cores():
+        k.backward_sums(dy, x, gamma, mean, rstd, a, b, dg, db, reduced_mask(axes, x.ndim),
+                        k.GRAD_MODES[mode], team_size())
+    return a, b, dg, db
 
 
-def _sums(fields, dtype, axes):
-    shape = fields[0].shape
-    out = np.empty(tuple(1 if i in axes else s for i, s in enumerate(shape)), dtype)
+def _pack(fields, dtype):
+    out = np.empty(fields[0].shape, dtype)
     for name, a in zip(dtype.names, fields):
-        out[name] = a.sum(axis=axes, keepdims=True)
+        out[name] = a
     return out
 
 
-def slice_sums_block(dy, x, mean, rstd, gamma, *, axes):
-    """SLICE_SUMS of one chunk over `axes` (mean None: RMS, no centring)."""
-    gd = np.multiply(dy, gamma, dtype=np.float64)
-    return _sums((gd, gd * _xhat(x, mean, rstd)), SLICE_SUMS, axes)
+def slice_sums_block(dy, x, mean, rstd, gamma, *, axes, mode):
+    """SLICE_SUMS of one chunk over `axes`."""
+    a, b, _, _ = _pass_one(dy, x, mean, rstd, gamma, axes, mode)
+    return _pack((a, b), SLICE_SUMS)
 
 
-def param_sums_block(dy, x, mean, rstd, *, axes):
-    """PARAM_SUMS of one chunk, sum(dy * xhat) and sum(dy), over `axes`."""
-    dy = np.asarray(dy, dtype=np.float64)
-    return _sums((dy * _xhat(x, mean, rstd), dy), PARAM_SUMS, axes)
+def param_sums_block(dy, x, mean, rstd, gamma, *, axes, mode):
+    """PARAM_SUMS of one chunk: sum(dy xhat) and sum(dy) per entry of gamma."""
+    _, _, dg, db = _pass_one(dy, x, mean, rstd, gamma, axes, mode)
+    return _pack((dg, db), PARAM_SUMS)
 
 
-def dx_block(dy, x, mean, rstd, gamma, a, b, *, n, out_dtype):
-    """dx of one chunk from the sums A and B of its slices (a None: RMS, no
-    centring; b None too: batch norm in eval, dx = rstd * gd)."""
-    gd = np.multiply(dy, gamma, dtype=np.float64)
-    if b is not None:
-        gd -= _xhat(x, mean, rstd) * (b / n)
-    if a is not None:
-        gd -= a / n
-    return (gd * rstd).astype(out_dtype, copy=False)
+def dx_block(dy, x, mean, rstd, gamma, a, b, *, axes, mode, n, out_dtype):
+    """dx of one chunk from its slices' sums A and B over all their values
+    (n each; None where the mode has none: A for RMS, both in eval)."""
+    k = _simd.kernels
+    x, dy = as_input(x), as_input(dy, "dy")
+    rstd, gamma = kernel_ready(rstd), kernel_ready(gamma)
+    mean = np.zeros_like(rstd) if mean is None else kernel_ready(mean)
+    a = np.zeros_like(rstd) if a is None else kernel_ready(a)
+    b = np.zeros_like(rstd) if b is None else kernel_ready(b)
+    dx = np.empty(x.shape, out_dtype)
+    unused = np.empty(gamma.shape)
+    with sharing_cores():
+        k.backward(dy, x, dx, gamma, mean, rstd, unused, unused.copy(),
+                   reduced_mask(axes, x.ndim), k.GRAD_MODES[mode], team_size(), True,
+                   sums=(a, b), n=float(n))
+    return dx
 
 
 def inverse_std(spread, eps):
