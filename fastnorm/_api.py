@@ -8,7 +8,7 @@ from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps,
                     check_training, keepdims_shape, param, result_dtypes, running_stat,
                     split_out)
 from . import _simd
-from ._call import deliver, kernel_stats, normalize
+from ._call import deliver, forward, normalize
 from ._running import running_rstd, update_running
 from ._lazy import any_dask, via_dask
 
@@ -80,7 +80,7 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     else:
         out = (None, None)
     n = math.prod(x.shape[i] for i in axes)
-    s0, m2, _ = kernel_stats(x, axes, "stats")
+    s0, m2, _ = forward(x, axes, "stats")
     if n - ddof > 0:
         var = np.divide(m2, n - ddof, out=m2)     # m2 is ours: no second array
     else:

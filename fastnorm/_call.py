@@ -1,17 +1,20 @@
-"""One call of the kernels, shared by every public function: statistics
-arrays in, outputs checked before anything is written, results delivered in
-the dtype and arrays the caller asked for."""
+"""The kernels' calls, shared by every public function and the Dask path:
+forward (statistics and output) and backward (gradients, whole or one pass
+of two), with their outputs checked before anything is written, inputs that
+share memory with an output read from copies, and results delivered in the
+dtype and arrays the caller asked for.  A call being explained
+(fastnorm.explain) stops here with its route."""
 import math
 
 import numpy as np
 
 from . import _simd, _explain
-from ._args import (check_out, detach, keepdims_shape, reduced_mask, result_dtypes,
-                    split_out, warn_empty, writable_target)
+from ._args import (as_input, check_out, detach, keepdims_shape, reduced_mask,
+                    result_dtypes, split_out, warn_empty, writable_target)
 from ._config import team_size
 
 
-def kernel_stats(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
+def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
                  given=None, want_var=False, want_stats=True, fresh=False):
     """Run the kernel once; return its per-slice float64 statistics in
     keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
@@ -77,10 +80,81 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
         gamma, beta = detach(gamma, y), detach(beta, y)
         if given is not None:
             given = tuple(detach(s, y) for s in given)
-    stats = kernel_stats(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y,
-                         given=given, want_var=want_var, want_stats=want_stats,
-                         fresh=y is not outs[0])
+    stats = forward(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y, given=given,
+                    want_var=want_var, want_stats=want_stats, fresh=y is not outs[0])
     if final is not None:
         np.copyto(final, y)
         y = final
     return y, stats, stat_dtype, outs[1:]
+
+
+def backward(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
+    """The kernel call: dx (into dx_out when given) plus float64 dgamma, dbeta
+    in gamma's keepdims layout."""
+    dx, final = writable_target(dx_out, x, x.dtype)
+    if final is None and dx_out is not None and (np.may_share_memory(dx, dy)
+                                                 and dx is not dy):
+        _explain.copied("out: written through a temporary, then copied in")
+        dx, final = np.empty_like(x), dx_out  # dx overlaps dy other than exactly
+    # Inputs that share memory with dx are read from copies: dx is written
+    # while they are read.
+    gamma, mean, rstd = (detach(a, dx) for a in (gamma, mean, rstd))
+    fresh = dx is not dx_out    # just allocated: its pages not yet touched
+    dgamma, dbeta = np.empty_like(gamma), np.empty_like(gamma)
+    if x.size == 0:
+        # Nothing to differentiate: empty sums (and an empty dx, which is
+        # still the caller's out).
+        dgamma.fill(0.0)
+        dbeta.fill(0.0)
+    else:
+        k = _simd.kernels
+        args = (dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
+                k.GRAD_MODES[mode], team_size(), fresh)
+        if _explain.explaining and _explain.active():
+            _explain.kernel(k.explain_backward(*args))
+        k.backward(*args)
+    if final is not None:
+        np.copyto(final, dx)
+        dx = final
+    return dx, dgamma, dbeta
+
+
+def _pass_operands(dy, x, mean, rstd, gamma):
+    x, dy = as_input(x), as_input(dy, "dy")
+    rstd, gamma = kernel_operand(rstd), kernel_operand(gamma)
+    mean = np.zeros_like(rstd) if mean is None else kernel_operand(mean)
+    return dy, x, mean, rstd, gamma
+
+
+def backward_sums(dy, x, axes, mean, rstd, gamma, mode):
+    """A gradient's first pass alone, over a part of each slice (a Dask
+    chunk): (A, B) in the statistics' layout and (dgamma, dbeta) in
+    gamma's, float64 (mean None: RMS, no centring)."""
+    dy, x, mean, rstd, gamma = _pass_operands(dy, x, mean, rstd, gamma)
+    a, b = np.empty(rstd.shape), np.empty(rstd.shape)
+    dg, db = np.empty(gamma.shape), np.empty(gamma.shape)
+    k = _simd.kernels
+    k.backward_sums(dy, x, gamma, mean, rstd, a, b, dg, db, reduced_mask(axes, x.ndim),
+                    k.GRAD_MODES[mode], team_size())
+    return a, b, dg, db
+
+
+def backward_dx(dy, x, axes, mean, rstd, gamma, mode, a, b, n):
+    """A gradient's second pass alone: dx in x's dtype from each slice's
+    sums A and B over all its n values (None where the mode has none: A
+    for RMS, both in eval)."""
+    dy, x, mean, rstd, gamma = _pass_operands(dy, x, mean, rstd, gamma)
+    a = np.zeros_like(rstd) if a is None else kernel_operand(a)
+    b = np.zeros_like(rstd) if b is None else kernel_operand(b)
+    dx = np.empty_like(x)
+    unused = np.empty(gamma.shape)
+    k = _simd.kernels
+    k.backward(dy, x, dx, gamma, mean, rstd, unused, unused.copy(), reduced_mask(axes, x.ndim),
+               k.GRAD_MODES[mode], team_size(), True, sums=(a, b), n=float(n))
+    return dx
+
+
+def kernel_operand(a):
+    """a as the kernels read a statistic or gamma: float64, C-contiguous and
+    aligned (np.ascontiguousarray keeps a misaligned buffer as it is)."""
+    return np.require(a, dtype=np.float64, requirements="CA")

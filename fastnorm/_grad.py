@@ -11,14 +11,12 @@ import math
 
 import numpy as np
 
-from . import _simd
+from . import _explain, _simd
 from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
-                    check_param_shape, detach, keepdims_shape, reduced_mask, split_out,
-                    writable_target)
-from ._config import team_size
+                    check_param_shape, keepdims_shape, split_out)
+from ._call import backward, kernel_operand
 from ._family import Groups
 from ._lazy import any_dask, via_dask
-from . import _explain
 
 _CENTER = _simd.kernels.GRAD_MODES["center"]
 _RMS = _simd.kernels.GRAD_MODES["rms"]
@@ -51,13 +49,7 @@ def _stat(value, name, x_shape, axes):
     if a.shape != keep:
         raise ValueError(f"{name} has shape {a.shape}; expected {keep} (as the forward "
                          f"returned it) or {kept}")
-    return _kernel_operand(a)
-
-
-def _kernel_operand(a):
-    """a as the kernels read a statistic or gamma: float64, C-contiguous and
-    aligned (np.ascontiguousarray keeps a misaligned buffer as it is)."""
-    return np.require(a, dtype=np.float64, requirements="CA")
+    return kernel_operand(a)
 
 
 def _gamma(gamma, name, x_shape, along):
@@ -75,38 +67,7 @@ def _gamma(gamma, name, x_shape, along):
         g = a.reshape(keep)
     else:
         g = np.broadcast_to(a, keep)  # gradients are summed back in _param_grad
-    return _kernel_operand(g), a.shape, (a.dtype if a.dtype.kind == "f" else None)
-
-
-def _run(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
-    """The kernel call: dx (into dx_out when given) plus float64 dgamma, dbeta
-    in gamma's keepdims layout."""
-    dx, final = writable_target(dx_out, x, x.dtype)
-    if final is None and dx_out is not None and (np.may_share_memory(dx, dy)
-                                                 and dx is not dy):
-        _explain.copied("out: written through a temporary, then copied in")
-        dx, final = np.empty_like(x), dx_out  # dx overlaps dy other than exactly
-    # Inputs that share memory with dx are read from copies: dx is written
-    # while they are read.
-    gamma, mean, rstd = (detach(a, dx) for a in (gamma, mean, rstd))
-    fresh = dx is not dx_out    # just allocated: its pages not yet touched
-    dgamma, dbeta = np.empty_like(gamma), np.empty_like(gamma)
-    if x.size == 0:
-        # Nothing to differentiate: empty sums (and an empty dx, which is
-        # still the caller's out).
-        dgamma.fill(0.0)
-        dbeta.fill(0.0)
-    else:
-        k = _simd.kernels
-        args = (dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
-                k.GRAD_MODES[mode], team_size(), fresh)
-        if _explain.explaining and _explain.active():
-            _explain.kernel(k.explain_backward(*args))
-        k.backward(*args)
-    if final is not None:
-        np.copyto(final, dx)
-        dx = final
-    return dx, dgamma, dbeta
+    return kernel_operand(g), a.shape, (a.dtype if a.dtype.kind == "f" else None)
 
 
 def _outs(out, n, x, shape, dtype):
@@ -197,7 +158,7 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
     pdt = _param_dtype(gdt, x.dtype)
     outs = _outs(out, 3, x, shape, pdt)
-    dx, dg, db = _run(dy, x, axes, _stat(mean, "mean", x.shape, axes),
+    dx, dg, db = backward(dy, x, axes, _stat(mean, "mean", x.shape, axes),
                       _stat(rstd, "rstd", x.shape, axes), g, "center", outs[0])
     return dx, _param_grad(dg, shape, pdt, outs[1]), _param_grad(db, shape, pdt, outs[2])
 
@@ -228,7 +189,7 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None):
     pdt = _param_dtype(gdt, x.dtype)
     outs = _outs(out, 2, x, shape, pdt)
     r = _stat(rstd, "rstd", x.shape, axes)
-    dx, dg, _ = _run(dy, x, axes, np.zeros_like(r), r, g, "rms", outs[0])
+    dx, dg, _ = backward(dy, x, axes, np.zeros_like(r), r, g, "rms", outs[0])
     return dx, _param_grad(dg, shape, pdt, outs[1])
 
 
@@ -260,7 +221,7 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, kept)
     pdt = _param_dtype(gdt, x.dtype)
     outs = _outs(out, 3, x, shape, pdt)
-    dx, dg, db = _run(dy, x, axes, _stat(mean, "mean", x.shape, axes),
+    dx, dg, db = backward(dy, x, axes, _stat(mean, "mean", x.shape, axes),
                       _stat(rstd, "rstd", x.shape, axes), g,
                       "center" if training else "scale", outs[0])
     return dx, _param_grad(dg, shape, pdt, outs[1]), _param_grad(db, shape, pdt, outs[2])
@@ -308,9 +269,9 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
         g = np.ones(keepdims_shape(vx.shape, tuple(i for i in range(vx.ndim)
                                                    if i not in (grp.axis, grp.axis + 1))))
     else:
-        g = _kernel_operand(grp.channel_param(gamma, "gamma"))
+        g = kernel_operand(grp.channel_param(gamma, "gamma"))
     dx_out = None if outs[0] is None else grp.split(outs[0])
-    dx, dg, db = _run(vdy, vx, axes, stat(mean, "mean"), stat(rstd, "rstd"), g, "center",
+    dx, dg, db = backward(vdy, vx, axes, stat(mean, "mean"), stat(rstd, "rstd"), g, "center",
                       dx_out)
     dx = dx.reshape(x.shape) if outs[0] is None else outs[0]
     # Per channel in x's keepdims layout, so that a gamma of one value for

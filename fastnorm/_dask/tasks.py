@@ -24,9 +24,9 @@ import threading
 import numpy as np
 
 from .. import _simd
-from .._args import as_input, reduced_mask
-from .._config import team_size, thread_cap
-from .._call import kernel_stats, normalize
+from .._args import as_input
+from .._config import thread_cap
+from .._call import backward_dx, backward_sums, forward, normalize
 
 # The tree reduction's result: per slice the mean (of x, or of x**2 for RMS
 # statistics) and, for moments, the sum of squared deviations.
@@ -84,7 +84,7 @@ def _chunk_state(block, axes, mode):
         # Nothing to read: the state of no values, which every merge skips.
         return np.zeros(shape), np.zeros(shape), (np.zeros(shape) if mode == "stats" else None)
     with sharing_cores():
-        s0, s1, _ = kernel_stats(as_input(block), axes, mode)
+        s0, s1, _ = forward(as_input(block), axes, mode)
     return np.full(shape, float(count)), s0, (s1 if mode == "stats" else None)
 
 
@@ -196,21 +196,6 @@ SLICE_SUMS = np.dtype([("a", np.float64), ("b", np.float64)])
 PARAM_SUMS = np.dtype([("dgamma", np.float64), ("dbeta", np.float64)])
 
 
-def _pass_one(dy, x, mean, rstd, gamma, axes, mode):
-    """The kernels' first pass over one chunk: (A, B) in the statistics'
-    layout and (dgamma, dbeta) in gamma's (mean None: RMS, no centring)."""
-    k = _simd.kernels
-    x, dy = as_input(x), as_input(dy, "dy")
-    rstd, gamma = kernel_ready(rstd), kernel_ready(gamma)
-    mean = np.zeros_like(rstd) if mean is None else kernel_ready(mean)
-    a, b = np.empty(rstd.shape), np.empty(rstd.shape)
-    dg, db = np.empty(gamma.shape), np.empty(gamma.shape)
-    with sharing_cores():
-        k.backward_sums(dy, x, gamma, mean, rstd, a, b, dg, db, reduced_mask(axes, x.ndim),
-                        k.GRAD_MODES[mode], team_size())
-    return a, b, dg, db
-
-
 def _pack(fields, dtype):
     out = np.empty(fields[0].shape, dtype)
     for name, a in zip(dtype.names, fields):
@@ -219,33 +204,25 @@ def _pack(fields, dtype):
 
 
 def slice_sums_block(dy, x, mean, rstd, gamma, *, axes, mode):
-    """SLICE_SUMS of one chunk over `axes`."""
-    a, b, _, _ = _pass_one(dy, x, mean, rstd, gamma, axes, mode)
+    """SLICE_SUMS of one chunk over `axes` (mean None: RMS)."""
+    with sharing_cores():
+        a, b, _, _ = backward_sums(dy, x, axes, mean, rstd, gamma, mode)
     return _pack((a, b), SLICE_SUMS)
 
 
 def param_sums_block(dy, x, mean, rstd, gamma, *, axes, mode):
     """PARAM_SUMS of one chunk: sum(dy xhat) and sum(dy) per entry of gamma."""
-    _, _, dg, db = _pass_one(dy, x, mean, rstd, gamma, axes, mode)
+    with sharing_cores():
+        _, _, dg, db = backward_sums(dy, x, axes, mean, rstd, gamma, mode)
     return _pack((dg, db), PARAM_SUMS)
 
 
 def dx_block(dy, x, mean, rstd, gamma, a, b, *, axes, mode, n, out_dtype):
-    """dx of one chunk from its slices' sums A and B over all their values
-    (n each; None where the mode has none: A for RMS, both in eval)."""
-    k = _simd.kernels
-    x, dy = as_input(x), as_input(dy, "dy")
-    rstd, gamma = kernel_ready(rstd), kernel_ready(gamma)
-    mean = np.zeros_like(rstd) if mean is None else kernel_ready(mean)
-    a = np.zeros_like(rstd) if a is None else kernel_ready(a)
-    b = np.zeros_like(rstd) if b is None else kernel_ready(b)
-    dx = np.empty(x.shape, out_dtype)
-    unused = np.empty(gamma.shape)
+    """dx of one chunk from its slices' sums A and B over all their n
+    values (None where the mode has none: A for RMS, both in eval)."""
     with sharing_cores():
-        k.backward(dy, x, dx, gamma, mean, rstd, unused, unused.copy(),
-                   reduced_mask(axes, x.ndim), k.GRAD_MODES[mode], team_size(), True,
-                   sums=(a, b), n=float(n))
-    return dx
+        return backward_dx(dy, x, axes, mean, rstd, gamma, mode, a, b, n).astype(
+            out_dtype, copy=False)
 
 
 def inverse_std(spread, eps):
