@@ -61,14 +61,8 @@ cdef inline Py_ssize_t ahead_steps(const char* x, Py_ssize_t stride, Py_ssize_t 
 
 
 cdef inline void fetch_lines(const char* p, Py_ssize_t nbytes) noexcept nogil:
-    """Ask for the cache lines of nbytes from p, into L2: on a Xeon with 2
-    MiB of L2 a core, fetching into L1 held up the reads from memory
-    (kernel alone, one thread, time / a copy, fetched into L1 -> into L2:
-    mean_var over the rows of (16384, 4096) float32 1.17-1.22 -> 0.93-0.94,
-    float64 1.09-1.31 -> 0.84, layer_norm 1.93-1.95 -> 1.47-1.49 and
-    1.57-1.76 -> 1.41-1.61; in cache, (8192, 1024), the same within noise;
-    no fetching at all 0.94, 0.87, 1.84 and 1.68; 4 or 16 KiB ahead into L2
-    as 8)."""
+    """Ask for the cache lines of nbytes from p, into L2 (see the top of
+    this file)."""
     cdef Py_ssize_t off
     for off in range(0, nbytes, 64):
         fn_prefetch_l2(p + off)

@@ -127,11 +127,7 @@ cdef struct Layout:
                                # OP_S strides (base[OP_S] == stat[0]); NULL if absent
     int n_kept
     int n_red
-    bint columns               # pattern: COLUMNS if true, else SLICES
-    bint stream                # write the output with non-temporal stores
-    bint descend               # ...and from the last slice down: y is fresh
-                               # and its slices have several runs (see
-                               # run_call, slice_whole, fn_normalize_f32)
+    bint columns               # the innermost axis is kept (COLUMNS)
     Py_ssize_t n_slices        # product of the kept sizes
     Py_ssize_t slice_len       # product of the reduced sizes
     Axis kept[MAX_DIMS]        # outer -> inner
@@ -210,8 +206,6 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
     cdef cnp.ndarray op
     cdef object o
     L.base[OP_X] = <char*>cnp.PyArray_DATA(x)
-    L.stream = False
-    L.descend = False
     for k in range(1, N_OPS):
         o = ops[k - 1]
         L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
@@ -306,13 +300,9 @@ cdef inline bint stream_output(const Layout* L, Py_ssize_t nbytes, Py_ssize_t st
     written in address order (the columns' rows, slices of one run), which
     takes ordinary stores: the pages the kernel hands out were just zeroed,
     most likely through the cache, where ordinary stores find their lines
-    and streamed ones write past them.  On a Xeon (one thread, time /
-    np.copy, streamed -> ordinary): layer_norm over rows of (8192, 1024)
-    float64 1.39 -> 1.05, float32 1.53 -> 1.16, over axis 0 of (4096, 4096)
-    float32 1.70 -> 1.37; layer_norm_backward (8192, 1024) float32 1.92 ->
-    1.66.  A fresh output written run by run across its pages (slices of
-    several runs: the channels of NCHW images) stays streamed: eval
-    batch_norm over (64, 64, 56, 56) float64 0.97 against 1.12-1.18."""
+    and streamed ones write past them.  A fresh output written run by run
+    across its pages (slices of several runs: the channels of NCHW images)
+    stays streamed."""
     cdef int a
     if nbytes < stream_min:
         return False

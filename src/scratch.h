@@ -3,23 +3,16 @@
  * A call's scratch (per-block moments, per-column coefficients, parameter
  * tables) is malloc'd and freed by the call.  Blocks of a few MiB come back
  * from the C library as fresh pages (mmap, or a heap whose top it trims on
- * free), and every page faults again on the next call: mean_var over axis
- * 0 of (64, 131072) float32 spent two thirds of its time in page faults,
- * its scratch's and its result arrays' (6.4 ms against 2.2 with glibc told
- * neither to trim its heap nor to mmap).  So blocks of FN_KEEP_MIN bytes or
- * more that a call frees are kept, up to FN_KEEP_BLOCKS of them and FN_KEEP_BYTES in
- * all, and handed to the next call that asks for no more than they hold
- * (nor much less); smaller ones go straight to malloc and free.
+ * free), and every page faults again on the next call, which can cost more
+ * than the call's arithmetic.  So blocks of FN_KEEP_MIN bytes or more that
+ * a call frees are kept, up to FN_KEEP_BLOCKS of them and FN_KEEP_BYTES in
+ * all (tuning.h), and handed to the next call that asks for no more than
+ * they hold (nor much less); smaller ones go straight to malloc and free.
  *
  * Any thread may allocate and free (OpenMP workers included): the kept
  * blocks sit behind a spin lock held for a few loads and stores.  Where
  * that is not available (compilers without GCC's atomics, systems without
- * pthread_atfork) nothing is kept.
- *
- * Measured, mean_var over axis 0 of (64, 131072) float32, one thread, a
- * fresh process each: 6.7-7.2 -> 5.2-5.4 ms (its result arrays still fault:
- * NumPy's), in a process that had freed large arrays before: 6.09 -> 2.54
- * (a copy of x: 2.41); (8192, 1024) and (256, 25088) within noise. */
+ * pthread_atfork) nothing is kept. */
 
 #ifndef FASTNORM_SCRATCH_H
 #define FASTNORM_SCRATCH_H

@@ -62,7 +62,7 @@ static inline int omp_get_num_procs(void) { return 1; }
 
 /* The schedule of the calling thread's next schedule(runtime) loops: the
  * same static split every time, else guided or one item at a time
- * (dynamic); see _threads.pxd.  A thread's own setting: calls from other
+ * (dynamic); see schedule_for in plan.pxd.  A thread's own setting: calls from other
  * threads keep theirs. */
 static inline void fn_set_schedule(int same_split, int guided)
 {
@@ -81,9 +81,7 @@ static inline void fn_set_schedule(int same_split, int guided)
  * writes fault its own pages in (the kernel zeroes each).  Written channel
  * by channel (slices of several runs: the maps of NCHW images), the
  * threads' own passes would first write the same pages at the same time,
- * one waiting while the other's page is zeroed: kernel alone into a fresh
- * y, two threads, (64, 64, 56, 56), eval batch_norm float32 12.8 -> 9.1
- * ms, float64 15.6 -> 12.4, training 10.4 -> 8.3 and 18.5 -> 14.6. */
+ * one waiting while the other's page is zeroed. */
 #define FN_FAULT_PAGE 4096
 static inline void fn_fault_in(char *p, ptrdiff_t nbytes, int nthreads)
 {
