@@ -33,7 +33,6 @@ from typing import Callable
 import numpy as np
 
 import fastnorm
-from . import _simd
 
 EPS = 1e-5
 MOMENTUM = 0.1
@@ -100,6 +99,14 @@ class Prepared:
 
 # ---------------------------------------------------------------- the cases
 
+def _call(func, *args, **kwargs):
+    """A fastnorm call as a callable, with its route (fastnorm.explain)."""
+    def call():
+        return func(*args, **kwargs)
+    call.route = lambda: fastnorm.explain(func, *args, **kwargs)
+    return call
+
+
 def _param(rng, x, axes, over_reduced, base, spread):
     """A float32 parameter as fastnorm takes it (the normalized shape when
     over_reduced, else the kept shape) and as NumPy broadcasting needs it
@@ -121,7 +128,7 @@ def _layer_norm(rng, x, axis, axes):
         v = x.var(axes, keepdims=True)
         return (x - m) / np.sqrt(v + EPS) * g_b + b_b
 
-    return Prepared(fast=lambda: fastnorm.layer_norm(x, g, b, axis=axis, eps=EPS, out=y),
+    return Prepared(fast=_call(fastnorm.layer_norm, x, g, b, axis=axis, eps=EPS, out=y),
                     ref=ref, copy=lambda: np.copyto(y, x), bytes_moved=2 * x.nbytes)
 
 
@@ -132,7 +139,7 @@ def _rms_norm(rng, x, axis, axes):
     def ref():
         return x / np.sqrt((x * x).mean(axes, keepdims=True) + EPS) * g_b
 
-    return Prepared(fast=lambda: fastnorm.rms_norm(x, g, axis=axis, eps=EPS, out=y),
+    return Prepared(fast=_call(fastnorm.rms_norm, x, g, axis=axis, eps=EPS, out=y),
                     ref=ref, copy=lambda: np.copyto(y, x), bytes_moved=2 * x.nbytes)
 
 
@@ -147,9 +154,8 @@ def _batch_norm(rng, x, axis, axes):
     n = x.size // run_mean.size
     y = np.empty_like(x)
 
-    def fast():
-        return fastnorm.batch_norm(x, g, b, run_mean, run_var, training=True,
-                                   momentum=MOMENTUM, eps=EPS, axis=axis, out=y)
+    fast = _call(fastnorm.batch_norm, x, g, b, run_mean, run_var, training=True,
+                 momentum=MOMENTUM, eps=EPS, axis=axis, out=y)
 
     def ref():
         m = x.mean(axes, keepdims=True)
@@ -169,9 +175,8 @@ def _batch_norm_eval(rng, x, axis, axes):
     run_var, run_var_b = _param(rng, x, axes, False, 4.0, 0.1)
     y = np.empty_like(x)
 
-    def fast():
-        return fastnorm.batch_norm(x, g, b, run_mean, run_var, training=False,
-                                   eps=EPS, axis=axis, out=y)
+    fast = _call(fastnorm.batch_norm, x, g, b, run_mean, run_var, training=False, eps=EPS,
+                 axis=axis, out=y)
 
     def ref():
         return (x - run_mean_b) / np.sqrt(run_var_b + EPS) * g_b + b_b
@@ -186,7 +191,7 @@ def _mean_var(rng, x, axis, axes):
     # mean_var writes no array of x's size; the copy yardstick still moves
     # x's bytes once each way, so a kernel that only reads sits near 0.5.
     scratch = np.empty_like(x)
-    return Prepared(fast=lambda: fastnorm.mean_var(x, axis, out=(mean, var)),
+    return Prepared(fast=_call(fastnorm.mean_var, x, axis, out=(mean, var)),
                     ref=lambda: (x.mean(axes), x.var(axes)),
                     copy=lambda: np.copyto(scratch, x), bytes_moved=x.nbytes)
 
@@ -214,7 +219,7 @@ def _backward(rng, x, axis, axes, forward, backward, gamma_over_reduced):
                 (dy * xh).sum(keep, dtype=np.float64).reshape(g.shape),
                 dy.sum(keep, dtype=np.float64).reshape(g.shape))
 
-    return Prepared(fast=lambda: backward(dy, x, mean, rstd, g, axis=axis, out=(dx, dg, db)),
+    return Prepared(fast=_call(backward, dy, x, mean, rstd, g, axis=axis, out=(dx, dg, db)),
                     ref=ref, copy=lambda: np.copyto(dx, x), bytes_moved=3 * x.nbytes)
 
 
@@ -399,7 +404,7 @@ def run_case(case, thread_counts, budget, rng):
     base = {
         "case": case.label, "function": case.op, "shape": list(shape),
         "axis": list(axes), "bytes": prep.bytes_moved,
-        "pattern": _simd.kernels.layout_pattern(x, tuple(i in axes for i in range(x.ndim))),
+        "route": "{pattern}/{schedule}".format(**prep.fast.route()),
     }
     fastnorm.set_num_threads(thread_counts[0])
     base["max_abs_err"] = max_abs_error(prep.fast(), prep.ref())
@@ -453,7 +458,7 @@ COLUMNS = [
     ("case", 22, lambda r: r["case"]),
     ("shape", 13, lambda r: _fmt_shape(r["shape"])),
     ("axis", 5, lambda r: _fmt_axis(r["axis"])),
-    ("pattern", 7, lambda r: r["pattern"]),
+    ("route", 15, lambda r: r["route"]),
     ("thr", 3, lambda r: str(r["threads"])),
     ("fastnorm ms", 11, lambda r: f"{r['fastnorm_ms']:.2f}"),
     ("numpy ms", 8, lambda r: f"{r['numpy_ms']:.1f}"),
