@@ -476,15 +476,6 @@ cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexce
 # order: pass 1 sums each image's runs into its block's partial buffers
 # (blocks of images, fixed by the shape), pass 2 writes dx image by image.
 
-# ---------------------------------------------------------------------------
-# IMAGES: slices of several runs that interleave (run r of slice si + 1
-# starts where run r of slice si ends, in x, dy and dx: the channels of NCHW
-# images), gamma one value per slice.  Slice by slice, each image is a
-# stream of its own and each run a few vectors: the runs cost more than
-# their values.  Image by image, memory is read and written in address
-# order: pass 1 sums each image's runs into its block's partial buffers
-# (blocks of images, fixed by the shape), pass 2 writes dx image by image.
-
 cdef void image_block_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
     """Pass 1 over the images of block blk: every run's sum(dy * xhat) and
     sum(dy) into the block's partial buffers, image after image."""

@@ -6,10 +6,11 @@ With xhat = (x - mean) * rstd and gd = dy * gamma, per slice
 ``dx = rstd * gd``), and ``dgamma = sum(dy * xhat)``, ``dbeta = sum(dy)``
 over the values that read each entry of gamma.  A and B, dgamma and dbeta
 are sums over chunks: a task reads one chunk of dy and x and returns its
-part of them (NumPy, in float64), and the parts are added in Dask's tree
-reduction, so the reduced axes may be chunked; then a task per chunk
-computes dx.  Nothing the size of x is held between tasks.  When every
-chunk holds whole slices, dx comes from the kernels on each chunk instead.
+part of them (the kernels' first pass alone, float64), and the parts are
+added in Dask's tree reduction, so the reduced axes may be chunked; then a
+task per chunk computes dx from the totals (the kernels' second pass
+alone).  Nothing the size of x is held between tasks.  When every chunk
+holds whole slices, each chunk's gradient is the NumPy call on it.
 """
 import functools
 import math
