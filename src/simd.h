@@ -362,10 +362,6 @@ static inline fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
 #define FN_PREFETCH(p, locality) ((void)(p))
 #endif
 
-/* Ask for the cache line at p ahead of its use (rows of the COLUMNS pattern
- * are short segments far apart, which hardware prefetchers do not follow). */
-static inline void fn_prefetch(const void *p) { FN_PREFETCH(p, 3); }
-
 /* The same into the second-level cache only: for lines needed a while
  * later, which would push lines in use out of the first. */
 static inline void fn_prefetch_l2(const void *p) { FN_PREFETCH(p, 2); }

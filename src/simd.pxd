@@ -28,7 +28,6 @@ cdef extern from "simd.h" nogil:
     fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
     fn_vd fn_hsum_rows(const fn_vd* v)
     double fn_hsum(fn_vd a)
-    void fn_prefetch(const void* p)
     void fn_prefetch_l2(const void* p)
 
     fn_vd fn_load_f16(const half_t* p)
@@ -49,7 +48,6 @@ cdef extern from "simd.h" nogil:
     int fn_cpu_has_x86_64_v3()
     int fn_cpu_has_x86_64_v4()
     int omp_get_max_threads()
-    int omp_get_num_procs()
 
 
 cdef extern from "apply.h" nogil:
@@ -133,56 +131,3 @@ cdef inline fn_vd vload(const char* p, Py_ssize_t stride, in_t* kind) noexcept n
     for i in range(FN_W):
         tmp[i] = sload(p + i * stride, kind)
     return fn_load_f64(tmp)
-
-
-cdef inline void vstore(char* p, Py_ssize_t stride, fn_vd v, out_t* kind) noexcept nogil:
-    """Narrow FN_W doubles to out_t and store them `stride` bytes apart."""
-    cdef double tmp[8]
-    cdef int i
-    if stride == sizeof(out_t):
-        if out_t is half_t:
-            fn_store_f16(<half_t*>p, v)
-        elif out_t is float:
-            fn_store_f32(<float*>p, v)
-        else:
-            fn_store_f64(<double*>p, v)
-        return
-    fn_store_f64(tmp, v)
-    for i in range(FN_W):
-        sstore(p + i * stride, tmp[i], kind)
-
-
-cdef inline void vstream(out_t* p, fn_vd v) noexcept nogil:
-    """Non-temporal store of FN_W contiguous values; p aligned to a vector of out_t."""
-    if out_t is half_t:
-        fn_stream_f16(p, v)
-    elif out_t is float:
-        fn_stream_f32(p, v)
-    else:
-        fn_stream_f64(p, v)
-
-
-cdef struct Param:
-    # A gain or bias along a run, read as whole vectors with no branch: either
-    # contiguous float64 (inc = 1) or one value repeated (inc = 0, pointing
-    # at FN_W copies of it).
-    const double* p
-    Py_ssize_t inc
-    double copies[8]
-
-
-cdef inline bint param_init(Param* q, const char* p, Py_ssize_t stride) noexcept nogil:
-    """Set q up for a parameter at p with this byte stride; false if the
-    stride is neither 0 nor one float64 (then the caller takes the scalar path)."""
-    cdef int i
-    if stride == sizeof(double):
-        q.p = <const double*>p
-        q.inc = 1
-        return True
-    if stride == 0:
-        for i in range(FN_W):
-            q.copies[i] = (<const double*>p)[0]
-        q.p = q.copies
-        q.inc = 0
-        return True
-    return False
