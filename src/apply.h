@@ -182,22 +182,6 @@ enum { FN_PLAIN = 0, FN_GAIN = 1, FN_GRAD = 2 };
 #define FN_OWN fn_own_f
 #define FN_SELECT fn_fselect
 #include "apply_t.h"
-#undef FN_C
-#undef FN_V
-#undef FN_VW
-#undef FN_S
-#undef FN_SET1
-#undef FN_ADD
-#undef FN_SUB
-#undef FN_MUL
-#undef FN_FMA
-#undef FN_LDC
-#undef FN_VLD
-#undef FN_LD1
-#undef FN_VST
-#undef FN_ST1
-#undef FN_OWN
-#undef FN_SELECT
 #endif
 
 #define FN_C double
@@ -217,22 +201,6 @@ enum { FN_PLAIN = 0, FN_GAIN = 1, FN_GRAD = 2 };
 #define FN_OWN fn_own_d
 #define FN_SELECT fn_select
 #include "apply_t.h"
-#undef FN_C
-#undef FN_V
-#undef FN_VW
-#undef FN_S
-#undef FN_SET1
-#undef FN_ADD
-#undef FN_SUB
-#undef FN_MUL
-#undef FN_FMA
-#undef FN_LDC
-#undef FN_VLD
-#undef FN_LD1
-#undef FN_VST
-#undef FN_ST1
-#undef FN_OWN
-#undef FN_SELECT
 
 /* ---- any strides, one value at a time ----------------------------- */
 /* The forward map with gain and bias, any byte strides and types, in

@@ -1,7 +1,8 @@
 /*
  * apply_t.h -- the output pass for one compute type: FN_C values in
  * vectors FN_V of FN_VW lanes, functions named FN_S(name).  apply.h defines
- * those and includes this once per compute type; see apply.h for the map.
+ * those and includes this once per compute type (which undefines them at
+ * its end); see apply.h for the map.
  *
  * `kind` is FN_PLAIN, FN_GAIN or FN_GRAD, and like every flag below a
  * constant where the function is called: each call inlines into a loop of
@@ -282,3 +283,20 @@ FN_AI void FN_S(fn_rows)(const void *x, int xt, void *y, int yt, const void *dy,
     else
         FN_S(fn_rows_as)(x, xt, y, yt, dy, rows, n, m, k2, k0, k1, g, b, kind, stream, 1, 0);
 }
+
+#undef FN_C
+#undef FN_V
+#undef FN_VW
+#undef FN_S
+#undef FN_SET1
+#undef FN_ADD
+#undef FN_SUB
+#undef FN_MUL
+#undef FN_FMA
+#undef FN_LDC
+#undef FN_VLD
+#undef FN_LD1
+#undef FN_VST
+#undef FN_ST1
+#undef FN_OWN
+#undef FN_SELECT

@@ -89,24 +89,31 @@ cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s
     return 0
 
 
+cdef int start_call(const Route* R, cnp.ndarray x, out) except -1:
+    """Before a call's kernel: this thread's schedule for its parallel
+    loops, and a fresh output written channel by channel faulted in by the
+    threads, each its own pages (see fn_fault_in)."""
+    cdef char* data
+    cdef Py_ssize_t nbytes
+    schedule_for(x.nbytes, R.guided)
+    if R.fault_in:
+        data = <char*>cnp.PyArray_DATA(<cnp.ndarray>out)
+        nbytes = (<cnp.ndarray>out).nbytes
+        with nogil:
+            fn_fault_in(data, nbytes, R.threads)
+    return 0
+
+
 cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
                      double eps, int nthreads, bint fresh) except -1:
     cdef Layout L
     cdef Route R
     cdef int rc, in_code = type_code(x), out_code = in_code
     cdef bint has_y = y is not None
-    cdef char* y_data
-    cdef Py_ssize_t y_bytes
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
     if has_y:
         out_code = type_code(y)
-    schedule_for(x.nbytes, R.guided)
-    if R.fault_in:
-        # (written channel by channel: each thread faults its own pages in)
-        y_data = <char*>cnp.PyArray_DATA(y)
-        y_bytes = y.nbytes
-        with nogil:
-            fn_fault_in(y_data, y_bytes, R.threads)
+    start_call(&R, x, y)
     with nogil:
         if in_code == 0:
             rc = forward_in(&L, &R, mode, eps, has_y, out_code, <half_t*>NULL)
@@ -201,20 +208,11 @@ cdef int run_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma, cnp.
     cdef Route R
     cdef Grad g
     cdef int rc, in_code = type_code(x), out_code = in_code
-    cdef char* dx_data
-    cdef Py_ssize_t dx_bytes
     backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode,
                    nthreads, fresh, phase, sa, sb, n)
     if dx is not None:
         out_code = type_code(dx)
-    schedule_for(x.nbytes, R.guided)
-    if R.fault_in:
-        # (a fresh dx streamed is written channel by channel: each thread
-        # faults its own pages in, see fn_fault_in)
-        dx_data = <char*>cnp.PyArray_DATA(dx)
-        dx_bytes = dx.nbytes
-        with nogil:
-            fn_fault_in(dx_data, dx_bytes, R.threads)
+    start_call(&R, x, dx)
     with nogil:
         if in_code == 0:
             rc = backward_in(&g, out_code, <half_t*>NULL)

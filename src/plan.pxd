@@ -485,6 +485,18 @@ cdef inline bint images_fit(const Layout* L, int ops_mask, int params_mask, Py_s
     return True
 
 
+cdef inline void route_init(Route* R, const Layout* L, int nthreads, bint fresh,
+                            Py_ssize_t out_bytes) noexcept nogil:
+    """A route with the facts every call shares and nothing chosen yet."""
+    R.threads = 1 if L.n_slices * L.slice_len < PARALLEL_MIN else nthreads
+    R.stream = R.descend = R.fault_in = R.guided = False
+    R.f32 = R.g_table = R.b_table = R.rows_out = R.in_cache = False
+    R.short_runs = R.images_out = R.fold = False
+    R.row_max = R.batch = R.inner = 0
+    R.fresh = fresh
+    R.out_bytes = out_bytes
+
+
 cdef inline Py_ssize_t code_size(int t) noexcept nogil:
     """Bytes of an element of type code t (0, 1, 2: float16/32/64)."""
     return 2 if t == 0 else (4 if t == 1 else 8)
@@ -500,19 +512,13 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     cdef const Axis* inner
     cdef bint contiguous, f32
     cdef int a
-    R.threads = 1 if L.n_slices * L.slice_len < PARALLEL_MIN else nthreads
+    route_init(R, L, nthreads, fresh, y_bytes)
     R.stream = has_y and stream_output(L, y_bytes, STREAM_MIN_BYTES, fresh)
     R.descend = R.stream and fresh
     R.fault_in = R.descend and R.threads > 1 and y_contiguous
     R.guided = True
-    R.f32 = R.g_table = R.b_table = R.rows_out = R.in_cache = False
-    R.short_runs = R.images_out = False
     R.row_max = SHORT_ROW_BYTES
     R.batch = SHORT_BATCH
-    R.inner = 0
-    R.fold = False
-    R.fresh = fresh
-    R.out_bytes = y_bytes
     if L.columns:
         R.pattern = COLUMNS
         R.way = WAY_TILES
@@ -606,20 +612,9 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
     type in the output slot (OP_Y, absent: no bytes), dy in the bias slot
     (OP_B); both_passes false for one pass of the two (the Dask path)."""
     cdef Py_ssize_t isz = code_size(xt)
-    cdef int a
-    R.threads = 1 if L.n_slices * L.slice_len < PARALLEL_MIN else nthreads
+    route_init(R, L, nthreads, fresh, dx_bytes)
     R.stream = stream_output(L, dx_bytes, STREAM_MIN_BYTES, fresh)
-    R.descend = False
     R.fault_in = R.stream and fresh and R.threads > 1 and dx_contiguous
-    R.guided = False
-    R.f32 = R.g_table = R.b_table = R.rows_out = R.in_cache = False
-    R.short_runs = R.images_out = False
-    R.row_max = 0
-    R.batch = 0
-    R.inner = 0
-    R.fold = False
-    R.fresh = fresh
-    R.out_bytes = dx_bytes
     if L.columns:
         R.pattern = COLUMNS
         R.way = WAY_TILES
