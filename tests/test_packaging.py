@@ -72,7 +72,7 @@ def test_benchmarks_cover_every_public_function():
         import _cases
     finally:
         sys.path.pop(0)
-    config = {"get_num_threads", "set_num_threads", "show_config", "__version__"}
+    config = {"get_num_threads", "set_num_threads", "show_config", "explain", "__version__"}
     benchmarked = {op.name for op in _cases.OPS}
     missing = set(fastnorm.__all__) - config - benchmarked
     assert not missing, f"public functions without an entry in benchmarks/_cases.py: {missing}"
