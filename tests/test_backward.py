@@ -10,6 +10,8 @@ Two independent checks, neither calling fastnorm for expected values:
   shapes large enough for both kernel patterns, blocks of slices longer than
   4096 values and tiles of more than 1024 columns, in float64, float32 and
   float16, on every thread count and SIMD level.
+
+(Errors: test_errors.py; dtypes: test_axes_and_dtypes.py.)
 """
 import functools
 import zlib
@@ -17,11 +19,10 @@ import zlib
 import numpy as np
 import pytest
 from hypothesis import given
-from numpy.exceptions import AxisError
 
 import fastnorm
 import fastnorm._simd as dispatch
-from reference import (OUT_TOL, assert_bitwise, assert_close, central_difference,
+from reference import (assert_bitwise, assert_close, central_difference,
                        expand_param, fingerprint, keep_shape, norm_axes,
                        ref_group_norm, ref_group_norm_grads, ref_layer_norm, ref_norm_grads,
                        ref_rms_norm, tiny)
@@ -510,31 +511,6 @@ def test_statistics_in_kept_shape():
         assert_bitwise(u, v)
 
 
-@pytest.mark.parametrize("x_dt, dy_dt, dx_dt", [
-    ("float64", "float64", "float64"), ("float32", "float32", "float32"),
-    ("float16", "float16", "float16"), ("float32", "float64", "float64"),
-    ("float64", "float32", "float64"), ("float16", "float32", "float32"),
-    ("int32", "float32", "float64"), (">f8", "float64", "float64")])
-def test_dtypes(x_dt, dy_dt, dx_dt):
-    rng = np.random.default_rng(1)
-    x = (rng.standard_normal((6, 9)) * 3).astype(x_dt)
-    dy = rng.standard_normal((6, 9)).astype(dy_dt)
-    _, m, r = fastnorm.layer_norm(x, return_stats=True)
-    dx, dg, db = fastnorm.layer_norm_backward(dy, x, m, r)
-    assert dx.dtype == np.dtype(dx_dt)
-    acc = F64 if np.dtype(dx_dt) == F64 else F32
-    assert dg.dtype == db.dtype == acc, (dg.dtype, db.dtype, acc)
-    # A float32 gamma gives float32 parameter gradients whatever x is.
-    dx2, dg2, db2 = fastnorm.layer_norm_backward(dy, x, m, r, np.ones(9, np.float32))
-    assert dg2.dtype == db2.dtype == F32
-    assert_bitwise(dx2, dx)
-    ref = ref_norm_grads(dy, x, (1,), (1,))
-    # The forward's statistics are float32 for float16/float32 x.
-    tol = max(OUT_TOL[np.dtype(dx_dt).newbyteorder("=")], 1e-6 if x.dtype.itemsize < 8 else 0) * 2
-    assert_close(dx, ref["dx"], tol * ref["dx_scale"], "dx")
-    assert_close(dg, ref["dgamma"].ravel(), 1e-6 * ref["dgamma_scale"].ravel(), "dgamma")
-
-
 def test_float16_and_float32_agree_with_float64():
     # The same values in three dtypes: lower precisions land within their
     # output rounding of the float64 gradients.
@@ -581,68 +557,3 @@ def test_docstring_examples():
 
 # --------------------------------------------------------------------------
 # errors
-
-def _stats(kind, x, **kw):
-    if kind == "rms":
-        return fastnorm.rms_norm(x, return_stats=True, **kw)[1:]
-    return getattr(fastnorm, f"{kind}_norm")(x, return_stats=True, **kw)[1:]
-
-
-def test_errors():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 6, 3))
-    dy = rng.standard_normal((4, 6, 3))
-    m, r = _stats("layer", x)
-    (rr,) = _stats("rms", x)
-    bm, br = _stats("batch", x)
-    gm, gr = fastnorm.group_norm(x, 3, return_stats=True)[1:]
-    cases = [
-        # dy of another shape
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy[:, :5], x, m, r)),
-        (ValueError, lambda: fastnorm.rms_norm_backward(dy.T, x, rr)),
-        (ValueError, lambda: fastnorm.batch_norm_backward(dy[None], x, bm, br)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy[:3], x, gm, gr, 3)),
-        # statistics of the wrong shape
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m[:, :5], r)),
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r[:3])),
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, axis=0)),
-        (ValueError, lambda: fastnorm.rms_norm_backward(dy, x, rr[..., None])),
-        (ValueError, lambda: fastnorm.batch_norm_backward(dy, x, m, r)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 2)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm.reshape(4, 3), gr, 3)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr[:, :, 0], 3)),
-        # gamma of the wrong shape
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, np.ones(4))),
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, np.ones((6, 3)))),
-        (ValueError, lambda: fastnorm.rms_norm_backward(dy, x, rr, np.ones((1, 3)))),
-        (ValueError, lambda: fastnorm.batch_norm_backward(dy, x, bm, br, np.ones(3))),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 3, np.ones(3))),
-        # groups and axes
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 4)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 3, channel_axis=0)),
-        (AxisError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 3, channel_axis=3)),
-        (AxisError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, axis=3)),
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, axis=(-1, 2))),
-        (AxisError, lambda: fastnorm.batch_norm_backward(dy, x, bm, br, axis=(0, 5))),
-        (ValueError, lambda: fastnorm.batch_norm_backward(dy[0, 0], x[0, 0], bm.ravel()[:1],
-                                                          br.ravel()[:1])),
-        # dtypes
-        (TypeError, lambda: fastnorm.layer_norm_backward(dy.astype(complex), x, m, r)),
-        (TypeError, lambda: fastnorm.layer_norm_backward(dy, x.astype(object), m, r)),
-        (TypeError, lambda: fastnorm.layer_norm_backward(dy, x, m.astype(complex), r)),
-        (TypeError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, np.ones(3, complex))),
-    ]
-    for exc, call in cases:
-        fps = _fingerprints(x, dy, m, r)
-        with pytest.raises(exc):
-            call()
-        _unchanged((x, dy, m, r), fps, "a rejected call")
-
-
-def test_empty_inputs():
-    x = np.zeros((0, 5))
-    _, m, r = fastnorm.layer_norm(x, return_stats=True)
-    dx, dg, db = fastnorm.layer_norm_backward(x, x, m, r)
-    assert dx.shape == (0, 5) and dg.shape == db.shape == (5,)
-    assert_close(dg, 0.0, 0)
-    assert_close(db, 0.0, 0)
