@@ -11,7 +11,8 @@ Two independent checks, neither calling fastnorm for expected values:
   4096 values and tiles of more than 1024 columns, in float64, float32 and
   float16, on every thread count and SIMD level.
 
-(Errors: test_errors.py; dtypes: test_axes_and_dtypes.py.)
+(The routes' edges: test_routes_*.py; errors: test_errors.py; dtypes:
+test_axes_and_dtypes.py.)
 """
 import functools
 import zlib
@@ -21,7 +22,6 @@ import pytest
 from hypothesis import given
 
 import fastnorm
-import fastnorm._simd as dispatch
 from reference import (assert_bitwise, assert_close, central_difference,
                        expand_param, fingerprint, keep_shape, norm_axes,
                        ref_group_norm, ref_group_norm_grads, ref_layer_norm, ref_norm_grads,
@@ -286,19 +286,33 @@ def problem(case, func, dtype):
     return dict(x=x, dy=dy, gamma=gamma, mean=mean, rstd=rstd, ref=ref, axes=axes)
 
 
-def run_backward(case, func, p, gamma="given"):
+def backward_call(case, func, p, gamma="given"):
+    """(function, arguments...) of the gradient call on problem p, with keywords
+    as a trailing dict: what run_backward calls, and explain describes."""
     g = p["gamma"] if gamma == "given" else None
     x, dy, mean, rstd, axes = p["x"], p["dy"], p["mean"], p["rstd"], p["axes"]
     if func == "layer":
-        return fastnorm.layer_norm_backward(dy, x, mean, rstd, g, axis=axes)
+        return fastnorm.layer_norm_backward, dy, x, mean, rstd, g, dict(axis=axes)
     if func == "rms":
-        dx, dg = fastnorm.rms_norm_backward(dy, x, rstd, g, axis=axes)
-        return dx, dg, None
+        return fastnorm.rms_norm_backward, dy, x, rstd, g, dict(axis=axes)
     if func in ("batch", "batch_eval"):
-        return fastnorm.batch_norm_backward(dy, x, mean, rstd, g, axis=axes,
-                                            training=func == "batch")
+        return (fastnorm.batch_norm_backward, dy, x, mean, rstd, g,
+                dict(axis=axes, training=func == "batch"))
     groups, ch = CASES[case][3]
-    return fastnorm.group_norm_backward(dy, x, mean, rstd, groups, g, channel_axis=ch)
+    return fastnorm.group_norm_backward, dy, x, mean, rstd, groups, g, dict(channel_axis=ch)
+
+
+def schedule(func, *args):
+    """'pattern/schedule' of func(*args[:-1], **args[-1])."""
+    r = fastnorm.explain(func, *args[:-1], **args[-1])
+    return f"{r['pattern']}/{r['schedule']}"
+
+
+def run_backward(case, func, p, gamma="given"):
+    """(dx, dgamma, dbeta) of the call, dbeta None for rms_norm."""
+    f, *args = backward_call(case, func, p, gamma)
+    res = f(*args[:-1], **args[-1])
+    return res if len(res) == 3 else (*res, None)
 
 
 def check_closed_form(case, func, dtype):
@@ -327,13 +341,15 @@ def test_closed_form(case, func, dtype):
     check_closed_form(case, func, dtype)
 
 
-def test_cases_reach_both_patterns():
+def test_cases_reach_every_gradient_route():
+    # The fixed cases take the gradients' routes but the channels one (its
+    # short runs: test_routes_images.py), whatever the dtype.
     seen = set()
-    for shape, layout, axes, _ in CASES.values():
-        x = _layout(np.zeros(shape), layout, None)
-        seen.add(dispatch.kernels.layout_pattern(x, tuple(i in axes for i in range(len(shape)))))
-    assert seen == {"slices", "columns"}, seen
-
+    for case in CASES:
+        for func in FUNCS:
+            p = problem(case, func, F32)
+            seen.add(schedule(*backward_call(case, func, p)))
+    assert seen == {"slices/rows", "slices/whole", "images/images", "columns/tiles"}, seen
 
 @pytest.mark.parametrize("func", FUNCS)
 def test_every_simd_level(simd_level, func):
@@ -385,38 +401,6 @@ def test_bitwise_identical_for_any_thread_count(case, dtype):
         for k, (a, b) in enumerate(zip(one, all_grads())):
             assert_bitwise(b, a, f"{case} result {k} with {n} threads")
     fastnorm.set_num_threads(None)
-
-
-@pytest.mark.parametrize("func, shape, axes, dtype", [
-    ("layer", (1100, 1001), (1,), F64),     # odd rows: dx vectors start unaligned
-    ("layer", (2100, 1001), (1,), F32),
-    ("layer", (4200, 1001), (1,), F16),
-    ("batch", (16, 64, 33, 33), (0, 2, 3), F64),
-    ("batch", (8200, 257), (0,), F32),      # columns; rows start unaligned
-], ids=["layer-f64", "layer-f32", "layer-f16", "batch-nchw-f64", "batch-columns-f32"])
-def test_outputs_larger_than_the_caches(func, shape, axes, dtype):
-    # dx of 8 MiB and more is written with non-temporal stores.
-    rng = np.random.default_rng(12)
-    x = (0.5 + rng.standard_normal(shape)).astype(dtype)
-    dy = rng.standard_normal(shape).astype(dtype)
-    assert x.nbytes >= 8 << 20
-    nd = len(shape)
-    along = axes if func == "layer" else tuple(i for i in range(nd) if i not in axes)
-    gamma = rng.uniform(0.5, 2.0, tuple(shape[i] for i in along))
-    if func == "layer":
-        _, m, r = fastnorm.layer_norm(x, gamma, axis=axes, return_stats=True)
-        res = fastnorm.layer_norm_backward(dy, x, m, r, gamma, axis=axes)
-    else:
-        _, m, r = fastnorm.batch_norm(x, gamma, axis=axes, return_stats=True)
-        res = fastnorm.batch_norm_backward(dy, x, m, r, gamma, axis=axes)
-    ref = ref_norm_grads(dy, x, axes, along, expand_param(gamma, shape, along))
-    tol = {F64: 1e-12, F32: 1e-5, F16: 4e-3}[dtype]
-    assert_close(res[0], ref["dx"], tol * ref["dx_scale"] + tiny(dtype), "dx")
-    ptol = 1e-12 if dtype == F64 else 1e-5
-    assert_close(res[1], ref["dgamma"].reshape(gamma.shape),
-                 ptol * ref["dgamma_scale"].reshape(gamma.shape), "dgamma")
-    assert_close(res[2], ref["dbeta"].reshape(gamma.shape),
-                 ptol * ref["dbeta_scale"].reshape(gamma.shape), "dbeta")
 
 
 # --------------------------------------------------------------------------
