@@ -9,10 +9,10 @@ Two independent checks, neither calling fastnorm for expected values:
 - the closed-form gradients written out in float64 (reference.py) on fixed
   shapes large enough for both kernel patterns, blocks of slices longer than
   4096 values and tiles of more than 1024 columns, in float64, float32 and
-  float16, on every thread count and SIMD level.
+  float16, on every SIMD level.
 
-(The routes' edges: test_routes_*.py; errors: test_errors.py; dtypes:
-test_axes_and_dtypes.py.)
+(Thread counts: test_threads.py; the routes' edges: test_routes_*.py;
+errors: test_errors.py; dtypes: test_axes_and_dtypes.py.)
 """
 import functools
 import zlib
@@ -356,51 +356,6 @@ def test_every_simd_level(simd_level, func):
     for case in CASES:
         for dtype in (F64, F32):
             check_closed_form(case, func, dtype)
-
-
-# Shapes large enough to run on several threads (more than 2**16 values) and
-# cut into several blocks: 64 rows at least in a block of rows, 256 KiB of x
-# at least in a block of slices (so float32 slices need over 512 KiB).
-THREAD_CASES = {
-    "rows_axis0": ((1000, 70), (0,), (7, 1)),
-    "rows_axis1": ((5000, 70), (1,), (7, 1)),
-    "wide_columns": ((130, 1100), (0,), (11, 1)),
-    "nchw": ((40, 16, 18, 18), (0, 2, 3), (4, 1)),
-    "nhwc": ((16, 18, 18, 16), (0, 1, 2), (16, -1)),
-}
-
-
-@pytest.mark.parametrize("dtype", [F64, F32], ids=str)
-@pytest.mark.parametrize("case", list(THREAD_CASES))
-def test_bitwise_identical_for_any_thread_count(case, dtype):
-    shape, axes, (groups, ch) = THREAD_CASES[case]
-    rng = np.random.default_rng(7)
-    x = (1 + rng.standard_normal(shape)).astype(dtype)
-    dy = rng.standard_normal(shape).astype(dtype)
-    nd = len(shape)
-    kept = tuple(i for i in range(nd) if i not in axes)
-    g_layer = rng.uniform(0.5, 2, tuple(shape[i] for i in axes))
-    g_batch = rng.uniform(0.5, 2, tuple(shape[i] for i in kept))
-    g_group = rng.uniform(0.5, 2, shape[ch])
-    _, lm, lr = fastnorm.layer_norm(x, g_layer, axis=axes, return_stats=True)
-    _, rr = fastnorm.rms_norm(x, g_layer, axis=axes, return_stats=True)
-    _, bm, br = fastnorm.batch_norm(x, g_batch, axis=axes, return_stats=True)
-    _, gm, gr = fastnorm.group_norm(x, groups, g_group, channel_axis=ch, return_stats=True)
-
-    def all_grads():
-        return (fastnorm.layer_norm_backward(dy, x, lm, lr, g_layer, axis=axes)
-                + fastnorm.rms_norm_backward(dy, x, rr, g_layer, axis=axes)
-                + fastnorm.batch_norm_backward(dy, x, bm, br, g_batch, axis=axes)
-                + fastnorm.batch_norm_backward(dy, x, bm, br, g_batch, axis=axes, training=False)
-                + fastnorm.group_norm_backward(dy, x, gm, gr, groups, g_group, channel_axis=ch))
-
-    fastnorm.set_num_threads(1)
-    one = all_grads()
-    for n in (2, 4):
-        fastnorm.set_num_threads(n)
-        for k, (a, b) in enumerate(zip(one, all_grads())):
-            assert_bitwise(b, a, f"{case} result {k} with {n} threads")
-    fastnorm.set_num_threads(None)
 
 
 # --------------------------------------------------------------------------
