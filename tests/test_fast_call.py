@@ -493,7 +493,8 @@ def fast_gradients(draw):
     mode = draw(st.sampled_from(["center", "rms"]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = (rng.standard_normal(shape) * rng.uniform(0.1, 10) + draw(st.sampled_from([0.0, 3.0])))
-    x = _grad_laid_out(x.astype(dtype), draw(st.sampled_from(["C", "F", "reversed", "every other"])))
+    x = _grad_laid_out(x.astype(dtype),
+                       draw(st.sampled_from(["C", "F", "reversed", "every other"])))
     dy = _grad_laid_out(rng.standard_normal(shape).astype(dtype),
                    draw(st.sampled_from(["C", "F", "reversed", "every other"])))
     g_dtype = draw(st.sampled_from([None] + FLOATS))
@@ -646,7 +647,8 @@ GRAD_GENERAL = [
     ("out=dy (in place)", lambda: _grad_in_place("dy")),
     ("dx= a view of x", lambda: _grad_in_place("x")),
     ("out= a bare array", lambda: dict(out=np.empty_like(GRAD_X))),
-    ("a dx= whose elements share addresses", lambda: dict(out=(_grad_self_overlapping(), None, None))),
+    ("a dx= whose elements share addresses",
+     lambda: dict(out=(_grad_self_overlapping(), None, None))),
 ]
 
 
@@ -660,7 +662,8 @@ GRAD_ERRORS = [
     ("an out= tuple of two", lambda: dict(out=(np.empty_like(GRAD_X), np.empty(10, np.float32))),
      ValueError),
     ("dgamma= of another dtype", lambda: dict(out=(None, np.empty(10), None)), TypeError),
-    ("a read-only dx=", lambda: dict(out=(_read_only(np.empty_like(GRAD_X)), None, None)), ValueError),
+    ("a read-only dx=", lambda: dict(out=(_read_only(np.empty_like(GRAD_X)), None, None)),
+     ValueError),
     ("an axis out of range", lambda: dict(axis=2), np.exceptions.AxisError),
 ]
 
@@ -721,7 +724,8 @@ def test_other_gradient_calls_take_the_general_path(what, change, monkeypatch):
 def test_dask_gradients_take_the_dask_path():
     da = pytest.importorskip("dask.array")
     x = da.from_array(GRAD_X, chunks=(2, 10))
-    assert fastpath.rows_backward(GRAD_DY, x, GRAD_MEAN, GRAD_RSTD, GRAD_G, -1, "center", None, 3) is None
+    assert fastpath.rows_backward(GRAD_DY, x, GRAD_MEAN, GRAD_RSTD, GRAD_G, -1, "center", None,
+                                  3) is None
     got = fastnorm.layer_norm_backward(GRAD_DY, x, GRAD_MEAN, GRAD_RSTD, GRAD_G)
     assert all(isinstance(g, da.Array) for g in got)
     ref = ref_norm_grads(GRAD_DY, GRAD_X, (1,), (1,), GRAD_G.astype(np.float64).reshape(1, 10))
@@ -882,7 +886,8 @@ BN_GENERAL = [
     ("axis 0 of three dimensions", lambda: dict(axis=0, gamma=None, rm=None, rv=None)),
     ("a keepdims gamma", lambda: dict(gamma=BN_G.reshape(1, 4, 1))),
     ("a list gamma", lambda: dict(gamma=BN_G.tolist())),
-    ("byte-swapped running statistics", lambda: dict(rm=BN_RM.astype(">f4"), rv=BN_RV.astype(">f4"))),
+    ("byte-swapped running statistics",
+     lambda: dict(rm=BN_RM.astype(">f4"), rv=BN_RV.astype(">f4"))),
     ("keepdims running statistics", lambda: dict(rm=BN_RM.reshape(1, 4, 1),
                                                  rv=BN_RV.reshape(1, 4, 1))),
     ("an integer momentum", lambda: dict(momentum=0)),
@@ -894,7 +899,8 @@ BN_GENERAL = [
 
 
 BN_ERRORS = [
-    ("x of one dimension", lambda: dict(x=BN_X[:, 0, 0], gamma=None, rm=None, rv=None), ValueError),
+    ("x of one dimension", lambda: dict(x=BN_X[:, 0, 0], gamma=None, rm=None, rv=None),
+     ValueError),
     ("one value per channel", lambda: dict(x=BN_X[:1, :, :1]), ValueError),
     ("eval without running statistics", lambda: dict(training=False, rm=None, rv=None),
      ValueError),

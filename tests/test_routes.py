@@ -69,7 +69,8 @@ def layer(name, shape, dtype, axis=-1, params=True, **kw):
     rng = _rng(name + " params")
     g = rng.uniform(0.5, 2.0, along) if params else None
     b = rng.standard_normal(along) if params else None
-    ref = ref_layer_norm(x, axes, expand_param(g, x.shape, axes), expand_param(b, x.shape, axes))[0]
+    gk, bk = expand_param(g, x.shape, axes), expand_param(b, x.shape, axes)
+    ref = ref_layer_norm(x, axes, gk, bk)[0]
     return Call(fastnorm.layer_norm, (x, g, b), dict(axis=axis, **kw), [(ref, _y_tol(ref, dtype))])
 
 
@@ -200,15 +201,15 @@ def _out_like(call):
     x = call.args[1] if call.func.__name__.endswith("_backward") else call.args[0]
     out = np.empty_like(x)
     out = (out, None, None) if call.func.__name__.endswith("_backward") else out
-    return Call(call.func, call.args, dict(call.kw, out=out))
+    return Call(call.func, call.args, dict(call.kw, out=out), call.want)
 
 
 def _with(call, **kw):
-    return Call(call.func, call.args, dict(call.kw, **kw))
+    return Call(call.func, call.args, dict(call.kw, **kw), call.want)
 
 
 def _stats_too(call):
-    return Call(call.func, call.args, dict(call.kw, return_stats=True))
+    return Call(call.func, call.args, dict(call.kw, return_stats=True), call.want)
 
 
 def _strided_rms():
@@ -258,7 +259,7 @@ ROUTES = [
     Route("lanes: rows shorter than 8 values", R(SLICES, "lanes", fast_path=True),
           1, lambda: layer("lanes", (203, 5), F64)),
     Route("lanes: strided rows", R(SLICES, "lanes"),
-          1, lambda: _strided_rms()),
+          1, _strided_rms),
     Route("whole: long rows, float32 pass", R(SLICES, "whole", float32_pass=True, threads=1),
           1, lambda: layer("whole", (40, 20000), F32)),
     Route("whole: rms_norm rows past what its rows take",
@@ -267,18 +268,21 @@ ROUTES = [
           R(SLICES, "split", float32_pass=True, threads=2),
           2, lambda: layer("split", (2, 70001), F32)),
     Route("whole: NCHW maps longer than the image pass",
-          R(SLICES, "whole", float32_pass=True), 1, lambda: batch("long maps", (3, 5, 64, 64), F32)),
+          R(SLICES, "whole", float32_pass=True),
+          1, lambda: batch("long maps", (3, 5, 64, 64), F32)),
     Route("whole: group_norm, a gain per channel within each group", R(SLICES, "whole"),
           1, lambda: group("group", (4, 16, 10, 10), F64, 4)),
     Route("rows: instance_norm", R(SLICES, "rows", float32_pass=True),
           2, lambda: instance("instance", (128, 40, 4, 4), F32)),
-    Route("rows: weight_norm", R(SLICES, "rows"), 1, lambda: weight_norm("wn", (64, 3, 3, 3), F64)),
+    Route("rows: weight_norm", R(SLICES, "rows"),
+          1, lambda: weight_norm("wn", (64, 3, 3, 3), F64)),
     Route("rows: weight_standardize", R(SLICES, "rows", float32_pass=True),
           1, lambda: weight_standardize("ws", (64, 3, 3, 3), F32)),
     Route("streams: an existing out= of 9 MiB",
           R(SLICES, "whole", streams=True, descending=False, float32_pass=True),
           2, lambda: _out_like(layer("streamed", (2304, 1025), F32, params=False)),
-          lambda c: Call(c.func, c.args, {k: v for k, v in c.kw.items() if k != "out"})),
+          lambda c: Call(c.func, c.args, {k: v for k, v in c.kw.items() if k != "out"},
+                         c.want)),
     Route("descending: a fresh output of NCHW maps, from the last slice down",
           R(SLICES, "whole", streams=True, descending=True),
           2, lambda: batch("descending", (56, 12, 56, 56), F32), _out_like),
@@ -350,6 +354,7 @@ def test_every_route_has_a_case():
 @pytest.mark.parametrize("case", ROUTES, ids=[r.name for r in ROUTES])
 def test_route(case):
     call = case.build()
+    assert call.want, "every case is held against a reference"
     fastnorm.set_num_threads(case.threads)
     assert_route(case.expect, call.func, *call.args, **call.kw)
     got = call.run()

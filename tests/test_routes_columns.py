@@ -187,8 +187,8 @@ def test_column_output_in_chunks_ends_at_x(dtype, width, rows, threads):
     running_var = rng.uniform(0.5, 2.0, width)
     fastnorm.set_num_threads(threads)
     try:
-        assert_route(dict(TILES, threads=min(threads, _threads_for(x))), fastnorm.layer_norm, x, row_gain, row_bias,
-                     axis=0, eps=EPS)
+        assert_route(dict(TILES, threads=min(threads, _threads_for(x))), fastnorm.layer_norm, x,
+                     row_gain, row_bias, axis=0, eps=EPS)
         assert_route(TILES, fastnorm.batch_norm, x, gamma, beta, running_mean=running_mean,
                      running_var=running_var, training=False, eps=EPS)
         y = fastnorm.layer_norm(x, row_gain, row_bias, axis=0, eps=EPS)

@@ -186,8 +186,9 @@ def test_gradients_bitwise_identical_for_any_thread_count(case, dtype):
     one = all_grads()
     for n in (2, 4):
         fastnorm.set_num_threads(n)
-        assert route(fastnorm.layer_norm_backward, dy, x, lm, lr, g_layer, axis=axes)["threads"] == n
-        assert route(fastnorm.batch_norm_backward, dy, x, bm, br, g_batch, axis=axes)["threads"] == n
+        for func, stats, g in ((fastnorm.layer_norm_backward, (lm, lr), g_layer),
+                               (fastnorm.batch_norm_backward, (bm, br), g_batch)):
+            assert route(func, dy, x, *stats, g, axis=axes)["threads"] == n
         for k, (a, b) in enumerate(zip(one, all_grads())):
             assert_bitwise(b, a, f"{case} result {k} with {n} threads")
     fastnorm.set_num_threads(None)
