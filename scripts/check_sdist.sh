@@ -33,14 +33,17 @@ mkdir -p "$ROOT/dist" && cp "$sdist" "$ROOT/dist/"
 echo "built $(basename "$sdist")"
 
 step "contents"
-"$WORK/build-env/bin/python" - "$sdist" <<'EOF'
-import re, sys, tarfile
+"$WORK/build-env/bin/python" - "$sdist" "$ROOT" <<'EOF'
+import os, re, sys, tarfile
 names = sorted(m.name.split("/", 1)[1] for m in tarfile.open(sys.argv[1]).getmembers()
                if m.isfile())
 for n in names:
     print("  " + n)
 required = ["pyproject.toml", "CMakeLists.txt", "README.md", "PKG-INFO",
-            "fastnorm/__init__.py", "fastnorm/_version.py", "src/_kernels.pyx"]
+            "fastnorm/__init__.py", "fastnorm/_version.py"]
+# every kernel source the build compiles or includes
+required += sorted("src/" + f for f in os.listdir(os.path.join(sys.argv[2], "src"))
+                   if f.endswith((".pyx", ".pxd", ".pxi", ".h")))
 forbidden = [
     (r"^(build|dist|wheelhouse|\.asv|\.venv|\.ci|\.git|\.hypothesis|\.pytest_cache)/", "build output, caches or CI files"),
     (r"\.(c|so|pyd|o|whl|html)$", "generated or compiled files"),

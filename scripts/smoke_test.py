@@ -141,7 +141,12 @@ def main():
     fastnorm.set_num_threads(None)
     check(np.array_equal(one, many), "results are bitwise identical for 1 and several threads")
 
-    covered = {"mean_var", "layer_norm", "rms_norm", "batch_norm", "group_norm",
+    # explain: the route, without running (nothing is written)
+    if hasattr(fastnorm, "explain"):
+        route = fastnorm.explain(fastnorm.layer_norm, big)
+        check(isinstance(route, dict) and "pattern" in route, "explain names a route")
+
+    covered = {"explain", "mean_var", "layer_norm", "rms_norm", "batch_norm", "group_norm",
                "instance_norm", "weight_norm", "weight_standardize", "layer_norm_backward",
                "rms_norm_backward", "batch_norm_backward", "group_norm_backward",
                "set_num_threads", "get_num_threads", "show_config", "__version__"}

@@ -9,8 +9,15 @@ byte offset, or strides that are not a multiple of the item size), in
 non-native byte order, read-only.  The Arena snapshots every buffer before a
 call and checks afterwards that no byte changed except those a call may
 write (its out= arrays and in-place running statistics).
+
+at_the_end_of_memory places an array so that the page after its last byte
+cannot be read: a kernel that reads past what it needs crashes the test.
 """
+import ctypes
+import mmap
+
 import numpy as np
+import pytest
 
 # Layouts of one array inside its buffer.
 LAYOUTS = ("C", "F", "permuted", "reversed", "broadcast", "overlapping")
@@ -217,3 +224,24 @@ def assert_close_through(actual, expected, allowed, what, assert_close):
         i = int(np.flatnonzero(group == g)[0])
         raise AssertionError(f"{what}: the value at a shared address ({a[i]!r}) is none of "
                              f"the results written there (e.g. {e[i]!r})")
+
+
+PAGE = mmap.PAGESIZE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+
+
+def at_the_end_of_memory(values):
+    """A copy of `values` (C order) whose last byte is followed by a page
+    that cannot be read (the mapping lives as long as the array: it is the
+    array's base)."""
+    nbytes = values.nbytes
+    span = -(-nbytes // PAGE) * PAGE
+    buf = mmap.mmap(-1, span + PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    if _libc.mprotect(base + span, PAGE, 0) != 0:       # PROT_NONE
+        pytest.skip(f"mprotect failed (errno {ctypes.get_errno()})")
+    out = np.frombuffer(buf, dtype=values.dtype, count=values.size,
+                        offset=span - nbytes).reshape(values.shape)
+    out[...] = values
+    return out

@@ -9,7 +9,10 @@ Two independent checks, neither calling fastnorm for expected values:
 - the closed-form gradients written out in float64 (reference.py) on fixed
   shapes large enough for both kernel patterns, blocks of slices longer than
   4096 values and tiles of more than 1024 columns, in float64, float32 and
-  float16, on every thread count and SIMD level.
+  float16, on every SIMD level.
+
+(Thread counts: test_threads.py; the routes' edges: test_routes_*.py;
+errors: test_errors.py; dtypes: test_axes_and_dtypes.py.)
 """
 import functools
 import zlib
@@ -17,11 +20,9 @@ import zlib
 import numpy as np
 import pytest
 from hypothesis import given
-from numpy.exceptions import AxisError
 
 import fastnorm
-import fastnorm._simd as dispatch
-from reference import (OUT_TOL, assert_bitwise, assert_close, central_difference,
+from reference import (assert_bitwise, assert_close, central_difference,
                        expand_param, fingerprint, keep_shape, norm_axes,
                        ref_group_norm, ref_group_norm_grads, ref_layer_norm, ref_norm_grads,
                        ref_rms_norm, tiny)
@@ -285,19 +286,33 @@ def problem(case, func, dtype):
     return dict(x=x, dy=dy, gamma=gamma, mean=mean, rstd=rstd, ref=ref, axes=axes)
 
 
-def run_backward(case, func, p, gamma="given"):
+def backward_call(case, func, p, gamma="given"):
+    """(function, arguments...) of the gradient call on problem p, with keywords
+    as a trailing dict: what run_backward calls, and explain describes."""
     g = p["gamma"] if gamma == "given" else None
     x, dy, mean, rstd, axes = p["x"], p["dy"], p["mean"], p["rstd"], p["axes"]
     if func == "layer":
-        return fastnorm.layer_norm_backward(dy, x, mean, rstd, g, axis=axes)
+        return fastnorm.layer_norm_backward, dy, x, mean, rstd, g, dict(axis=axes)
     if func == "rms":
-        dx, dg = fastnorm.rms_norm_backward(dy, x, rstd, g, axis=axes)
-        return dx, dg, None
+        return fastnorm.rms_norm_backward, dy, x, rstd, g, dict(axis=axes)
     if func in ("batch", "batch_eval"):
-        return fastnorm.batch_norm_backward(dy, x, mean, rstd, g, axis=axes,
-                                            training=func == "batch")
+        return (fastnorm.batch_norm_backward, dy, x, mean, rstd, g,
+                dict(axis=axes, training=func == "batch"))
     groups, ch = CASES[case][3]
-    return fastnorm.group_norm_backward(dy, x, mean, rstd, groups, g, channel_axis=ch)
+    return fastnorm.group_norm_backward, dy, x, mean, rstd, groups, g, dict(channel_axis=ch)
+
+
+def schedule(func, *args):
+    """'pattern/schedule' of func(*args[:-1], **args[-1])."""
+    r = fastnorm.explain(func, *args[:-1], **args[-1])
+    return f"{r['pattern']}/{r['schedule']}"
+
+
+def run_backward(case, func, p, gamma="given"):
+    """(dx, dgamma, dbeta) of the call, dbeta None for rms_norm."""
+    f, *args = backward_call(case, func, p, gamma)
+    res = f(*args[:-1], **args[-1])
+    return res if len(res) == 3 else (*res, None)
 
 
 def check_closed_form(case, func, dtype):
@@ -326,96 +341,21 @@ def test_closed_form(case, func, dtype):
     check_closed_form(case, func, dtype)
 
 
-def test_cases_reach_both_patterns():
+def test_cases_reach_every_gradient_route():
+    # The fixed cases take the gradients' routes but the channels one (its
+    # short runs: test_routes_images.py), whatever the dtype.
     seen = set()
-    for shape, layout, axes, _ in CASES.values():
-        x = _layout(np.zeros(shape), layout, None)
-        seen.add(dispatch.kernels.layout_pattern(x, tuple(i in axes for i in range(len(shape)))))
-    assert seen == {"slices", "columns"}, seen
-
+    for case in CASES:
+        for func in FUNCS:
+            p = problem(case, func, F32)
+            seen.add(schedule(*backward_call(case, func, p)))
+    assert seen == {"slices/rows", "slices/whole", "images/images", "columns/tiles"}, seen
 
 @pytest.mark.parametrize("func", FUNCS)
 def test_every_simd_level(simd_level, func):
     for case in CASES:
         for dtype in (F64, F32):
             check_closed_form(case, func, dtype)
-
-
-# Shapes large enough to run on several threads (more than 2**16 values) and
-# cut into several blocks: 64 rows at least in a block of rows, 256 KiB of x
-# at least in a block of slices (so float32 slices need over 512 KiB).
-THREAD_CASES = {
-    "rows_axis0": ((1000, 70), (0,), (7, 1)),
-    "rows_axis1": ((5000, 70), (1,), (7, 1)),
-    "wide_columns": ((130, 1100), (0,), (11, 1)),
-    "nchw": ((40, 16, 18, 18), (0, 2, 3), (4, 1)),
-    "nhwc": ((16, 18, 18, 16), (0, 1, 2), (16, -1)),
-}
-
-
-@pytest.mark.parametrize("dtype", [F64, F32], ids=str)
-@pytest.mark.parametrize("case", list(THREAD_CASES))
-def test_bitwise_identical_for_any_thread_count(case, dtype):
-    shape, axes, (groups, ch) = THREAD_CASES[case]
-    rng = np.random.default_rng(7)
-    x = (1 + rng.standard_normal(shape)).astype(dtype)
-    dy = rng.standard_normal(shape).astype(dtype)
-    nd = len(shape)
-    kept = tuple(i for i in range(nd) if i not in axes)
-    g_layer = rng.uniform(0.5, 2, tuple(shape[i] for i in axes))
-    g_batch = rng.uniform(0.5, 2, tuple(shape[i] for i in kept))
-    g_group = rng.uniform(0.5, 2, shape[ch])
-    _, lm, lr = fastnorm.layer_norm(x, g_layer, axis=axes, return_stats=True)
-    _, rr = fastnorm.rms_norm(x, g_layer, axis=axes, return_stats=True)
-    _, bm, br = fastnorm.batch_norm(x, g_batch, axis=axes, return_stats=True)
-    _, gm, gr = fastnorm.group_norm(x, groups, g_group, channel_axis=ch, return_stats=True)
-
-    def all_grads():
-        return (fastnorm.layer_norm_backward(dy, x, lm, lr, g_layer, axis=axes)
-                + fastnorm.rms_norm_backward(dy, x, rr, g_layer, axis=axes)
-                + fastnorm.batch_norm_backward(dy, x, bm, br, g_batch, axis=axes)
-                + fastnorm.batch_norm_backward(dy, x, bm, br, g_batch, axis=axes, training=False)
-                + fastnorm.group_norm_backward(dy, x, gm, gr, groups, g_group, channel_axis=ch))
-
-    fastnorm.set_num_threads(1)
-    one = all_grads()
-    for n in (2, 4):
-        fastnorm.set_num_threads(n)
-        for k, (a, b) in enumerate(zip(one, all_grads())):
-            assert_bitwise(b, a, f"{case} result {k} with {n} threads")
-    fastnorm.set_num_threads(None)
-
-
-@pytest.mark.parametrize("func, shape, axes, dtype", [
-    ("layer", (1100, 1001), (1,), F64),     # odd rows: dx vectors start unaligned
-    ("layer", (2100, 1001), (1,), F32),
-    ("layer", (4200, 1001), (1,), F16),
-    ("batch", (16, 64, 33, 33), (0, 2, 3), F64),
-    ("batch", (8200, 257), (0,), F32),      # columns; rows start unaligned
-], ids=["layer-f64", "layer-f32", "layer-f16", "batch-nchw-f64", "batch-columns-f32"])
-def test_outputs_larger_than_the_caches(func, shape, axes, dtype):
-    # dx of 8 MiB and more is written with non-temporal stores.
-    rng = np.random.default_rng(12)
-    x = (0.5 + rng.standard_normal(shape)).astype(dtype)
-    dy = rng.standard_normal(shape).astype(dtype)
-    assert x.nbytes >= 8 << 20
-    nd = len(shape)
-    along = axes if func == "layer" else tuple(i for i in range(nd) if i not in axes)
-    gamma = rng.uniform(0.5, 2.0, tuple(shape[i] for i in along))
-    if func == "layer":
-        _, m, r = fastnorm.layer_norm(x, gamma, axis=axes, return_stats=True)
-        res = fastnorm.layer_norm_backward(dy, x, m, r, gamma, axis=axes)
-    else:
-        _, m, r = fastnorm.batch_norm(x, gamma, axis=axes, return_stats=True)
-        res = fastnorm.batch_norm_backward(dy, x, m, r, gamma, axis=axes)
-    ref = ref_norm_grads(dy, x, axes, along, expand_param(gamma, shape, along))
-    tol = {F64: 1e-12, F32: 1e-5, F16: 4e-3}[dtype]
-    assert_close(res[0], ref["dx"], tol * ref["dx_scale"] + tiny(dtype), "dx")
-    ptol = 1e-12 if dtype == F64 else 1e-5
-    assert_close(res[1], ref["dgamma"].reshape(gamma.shape),
-                 ptol * ref["dgamma_scale"].reshape(gamma.shape), "dgamma")
-    assert_close(res[2], ref["dbeta"].reshape(gamma.shape),
-                 ptol * ref["dbeta_scale"].reshape(gamma.shape), "dbeta")
 
 
 # --------------------------------------------------------------------------
@@ -510,31 +450,6 @@ def test_statistics_in_kept_shape():
         assert_bitwise(u, v)
 
 
-@pytest.mark.parametrize("x_dt, dy_dt, dx_dt", [
-    ("float64", "float64", "float64"), ("float32", "float32", "float32"),
-    ("float16", "float16", "float16"), ("float32", "float64", "float64"),
-    ("float64", "float32", "float64"), ("float16", "float32", "float32"),
-    ("int32", "float32", "float64"), (">f8", "float64", "float64")])
-def test_dtypes(x_dt, dy_dt, dx_dt):
-    rng = np.random.default_rng(1)
-    x = (rng.standard_normal((6, 9)) * 3).astype(x_dt)
-    dy = rng.standard_normal((6, 9)).astype(dy_dt)
-    _, m, r = fastnorm.layer_norm(x, return_stats=True)
-    dx, dg, db = fastnorm.layer_norm_backward(dy, x, m, r)
-    assert dx.dtype == np.dtype(dx_dt)
-    acc = F64 if np.dtype(dx_dt) == F64 else F32
-    assert dg.dtype == db.dtype == acc, (dg.dtype, db.dtype, acc)
-    # A float32 gamma gives float32 parameter gradients whatever x is.
-    dx2, dg2, db2 = fastnorm.layer_norm_backward(dy, x, m, r, np.ones(9, np.float32))
-    assert dg2.dtype == db2.dtype == F32
-    assert_bitwise(dx2, dx)
-    ref = ref_norm_grads(dy, x, (1,), (1,))
-    # The forward's statistics are float32 for float16/float32 x.
-    tol = max(OUT_TOL[np.dtype(dx_dt).newbyteorder("=")], 1e-6 if x.dtype.itemsize < 8 else 0) * 2
-    assert_close(dx, ref["dx"], tol * ref["dx_scale"], "dx")
-    assert_close(dg, ref["dgamma"].ravel(), 1e-6 * ref["dgamma_scale"].ravel(), "dgamma")
-
-
 def test_float16_and_float32_agree_with_float64():
     # The same values in three dtypes: lower precisions land within their
     # output rounding of the float64 gradients.
@@ -581,68 +496,3 @@ def test_docstring_examples():
 
 # --------------------------------------------------------------------------
 # errors
-
-def _stats(kind, x, **kw):
-    if kind == "rms":
-        return fastnorm.rms_norm(x, return_stats=True, **kw)[1:]
-    return getattr(fastnorm, f"{kind}_norm")(x, return_stats=True, **kw)[1:]
-
-
-def test_errors():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 6, 3))
-    dy = rng.standard_normal((4, 6, 3))
-    m, r = _stats("layer", x)
-    (rr,) = _stats("rms", x)
-    bm, br = _stats("batch", x)
-    gm, gr = fastnorm.group_norm(x, 3, return_stats=True)[1:]
-    cases = [
-        # dy of another shape
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy[:, :5], x, m, r)),
-        (ValueError, lambda: fastnorm.rms_norm_backward(dy.T, x, rr)),
-        (ValueError, lambda: fastnorm.batch_norm_backward(dy[None], x, bm, br)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy[:3], x, gm, gr, 3)),
-        # statistics of the wrong shape
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m[:, :5], r)),
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r[:3])),
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, axis=0)),
-        (ValueError, lambda: fastnorm.rms_norm_backward(dy, x, rr[..., None])),
-        (ValueError, lambda: fastnorm.batch_norm_backward(dy, x, m, r)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 2)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm.reshape(4, 3), gr, 3)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr[:, :, 0], 3)),
-        # gamma of the wrong shape
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, np.ones(4))),
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, np.ones((6, 3)))),
-        (ValueError, lambda: fastnorm.rms_norm_backward(dy, x, rr, np.ones((1, 3)))),
-        (ValueError, lambda: fastnorm.batch_norm_backward(dy, x, bm, br, np.ones(3))),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 3, np.ones(3))),
-        # groups and axes
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 4)),
-        (ValueError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 3, channel_axis=0)),
-        (AxisError, lambda: fastnorm.group_norm_backward(dy, x, gm, gr, 3, channel_axis=3)),
-        (AxisError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, axis=3)),
-        (ValueError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, axis=(-1, 2))),
-        (AxisError, lambda: fastnorm.batch_norm_backward(dy, x, bm, br, axis=(0, 5))),
-        (ValueError, lambda: fastnorm.batch_norm_backward(dy[0, 0], x[0, 0], bm.ravel()[:1],
-                                                          br.ravel()[:1])),
-        # dtypes
-        (TypeError, lambda: fastnorm.layer_norm_backward(dy.astype(complex), x, m, r)),
-        (TypeError, lambda: fastnorm.layer_norm_backward(dy, x.astype(object), m, r)),
-        (TypeError, lambda: fastnorm.layer_norm_backward(dy, x, m.astype(complex), r)),
-        (TypeError, lambda: fastnorm.layer_norm_backward(dy, x, m, r, np.ones(3, complex))),
-    ]
-    for exc, call in cases:
-        fps = _fingerprints(x, dy, m, r)
-        with pytest.raises(exc):
-            call()
-        _unchanged((x, dy, m, r), fps, "a rejected call")
-
-
-def test_empty_inputs():
-    x = np.zeros((0, 5))
-    _, m, r = fastnorm.layer_norm(x, return_stats=True)
-    dx, dg, db = fastnorm.layer_norm_backward(x, x, m, r)
-    assert dx.shape == (0, 5) and dg.shape == db.shape == (5,)
-    assert_close(dg, 0.0, 0)
-    assert_close(db, 0.0, 0)

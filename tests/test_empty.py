@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import fastnorm
+from reference import assert_close
 
 
 @pytest.mark.parametrize("shape,axis,rshape", [((3, 0), 1, (3,)), ((0, 4), 0, (4,)),
@@ -98,3 +99,12 @@ def test_batch_norm_training_on_an_empty_batch():
     except ValueError:
         return
     assert y.shape == (0, 3)
+
+
+def test_gradients_of_empty_inputs():
+    x = np.zeros((0, 5))
+    _, m, r = fastnorm.layer_norm(x, return_stats=True)
+    dx, dg, db = fastnorm.layer_norm_backward(x, x, m, r)
+    assert dx.shape == (0, 5) and dg.shape == db.shape == (5,)
+    assert_close(dg, 0.0, 0)
+    assert_close(db, 0.0, 0)

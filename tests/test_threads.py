@@ -1,15 +1,21 @@
-"""Bitwise reproducibility across OpenMP thread counts, and thread safety of
-concurrent calls from Python threads.  Nothing here is timed."""
-import os
-import textwrap
-import threading
-
+"""Bitwise reproducibility across OpenMP thread counts: every function's
+results (statistics and running statistics included) are the bits of one
+thread on 2, 3, 4 and 7 threads, whichever way the kernels share the work
+(calls on x of at most `same_split_bytes` split it statically, larger ones
+take it as threads come free: forward guided, gradients one block at a
+time), and under a threadpoolctl limit.  fastnorm.explain confirms each
+call runs on the threads asked for.  Nothing here is timed.  (Calls from
+many Python threads at once: test_concurrency.py.)"""
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
 import fastnorm
+from fastnorm import _simd
 from reference import assert_bitwise
+from routes import route
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def _x(shape, dtype=np.float32, seed=0, offset=5.0):
@@ -58,6 +64,7 @@ def test_bitwise_identical_for_any_thread_count(name):
     serial = _all_results(x, axis)
     for n in (2, 3, 4, 7):
         fastnorm.set_num_threads(n)
+        assert route(fastnorm.layer_norm, x, axis=axis)["threads"] == n
         for k, (a, b) in enumerate(zip(_all_results(x, axis), serial)):
             assert_bitwise(a, b, f"{name}: result {k} with {n} threads vs 1")
 
@@ -71,159 +78,117 @@ def test_threadpoolctl_limit_gives_the_same_bits():
         assert_bitwise(a, b)
 
 
-def _hammer(tasks_for, n_threads=8, repeats=4, between=None):
-    """Start n_threads Python threads together; thread i runs the callables
-    tasks_for(i) `repeats` times.  Returns each thread's results."""
-    barrier = threading.Barrier(n_threads)
-    results = [None] * n_threads
-    errors = []
+# --------------------------------------------------------------------------
+# either way of sharing the work
 
-    def work(i):
-        try:
-            barrier.wait()
-            mine = []
-            for r in range(repeats):
-                mine.append([t() for t in tasks_for(i)])
-                if between is not None:
-                    between(i, r)
-            results[i] = mine
-        except BaseException as e:  # re-raised in the main thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    if errors:
-        raise errors[0]
-    return results
+SAME_SPLIT = _simd.kernels.same_split_bytes
 
 
-def _flat(res):
-    return [np.asarray(a) for a in (res if isinstance(res, tuple) else (res,))]
+def _rows_x(rows, cols, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return (3.0 + rng.standard_normal((rows, cols)) * 2).astype(dtype)
 
 
-@pytest.mark.parametrize("func", ["mean_var", "layer_norm", "rms_norm", "batch_norm",
-                                  "batch_norm_eval"])
-def test_concurrent_calls_match_serial_calls(func):
-    # A shared input and each thread's own input; small and large ones, so
-    # both serial and OpenMP-parallel kernels run concurrently.
-    shared = [_x((16, 100), seed=0), _x((40, 2000), np.float64, seed=1), _x((3000, 30), seed=2)]
-    own = [_x((64, 700), seed=10 + i) for i in range(8)]
-    rv = {}
-
-    def call(x):
-        if func == "mean_var":
-            return fastnorm.mean_var(x, axis=0)
-        if func == "layer_norm":
-            return fastnorm.layer_norm(x, return_stats=True)
-        if func == "rms_norm":
-            return fastnorm.rms_norm(x, axis=0, return_stats=True)
-        c = x.shape[1]
-        if func == "batch_norm":
-            return fastnorm.batch_norm(x, np.ones(c), np.zeros(c), axis=0, return_stats=True)
-        key = c
-        rv.setdefault(key, (np.linspace(-1, 1, c), np.linspace(0.5, 2, c)))
-        return fastnorm.batch_norm(x, None, None, *rv[key], training=False, axis=0)
-
-    expected_shared = [_flat(call(x)) for x in shared]
-    expected_own = [_flat(call(x)) for x in own]
-
-    def tasks_for(i):
-        return [lambda x=x: _flat(call(x)) for x in shared + [own[i]]]
-
-    results = _hammer(tasks_for, repeats=3)
-    for i, per_thread in enumerate(results):
-        for rep in per_thread:
-            for got, exp in zip(rep, expected_shared + [expected_own[i]]):
-                assert len(got) == len(exp)
-                for a, b in zip(got, exp):
-                    assert_bitwise(a, b, f"{func}: thread {i}")
+def _rows_for(nbytes, cols, dtype):
+    """Rows of `cols` values that take just over nbytes."""
+    return nbytes // (cols * np.dtype(dtype).itemsize) + 1
 
 
-def test_running_stats_of_distinct_arrays_from_many_threads():
-    # Each thread owns its running statistics; updates must not mix.
-    xs = [_x((256, 4), np.float64, seed=i, offset=float(i)) for i in range(8)]
-    expected = []
-    for x in xs:
-        rm, rv = np.zeros(4), np.ones(4)
-        for _ in range(5):
-            fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0)
-        expected.append((rm, rv))
-    state = [(np.zeros(4), np.ones(4)) for _ in xs]
-
-    def step(i, _r):
-        fastnorm.batch_norm(xs[i], running_mean=state[i][0], running_var=state[i][1], axis=0)
-
-    _hammer(lambda i: [], repeats=5, between=step)
-    for (rm, rv), (em, ev) in zip(state, expected):
-        assert_bitwise(rm, em)
-        assert_bitwise(rv, ev)
+# (name, columns, axis): rows (slices), columns (COLUMNS pattern), and an
+# NCHW view for batch norm's images.
+SCHEDULE_LAYOUTS = [("rows", 1024, -1), ("columns", 512, 0), ("nchw", 4096, (0, 2, 3))]
 
 
-def test_changing_the_thread_count_while_others_compute():
-    # set_num_threads from one thread while seven others compute: every
-    # result still has the same bits.
-    x = _x((6, 30000))
-    fastnorm.set_num_threads(1)
-    ref = _flat(fastnorm.layer_norm(x, return_stats=True))
-    stop = threading.Event()
+def _schedule_results(x, axis):
+    if axis == (0, 2, 3):
+        x = x.reshape(x.shape[0], 4, 32, 32)
+    red = tuple(np.atleast_1d(axis) % x.ndim)
+    keep = tuple(s if i not in red else 1 for i, s in enumerate(x.shape))
+    named = tuple(s for i, s in enumerate(x.shape) if i not in red)
+    g = np.linspace(0.5, 2.0, int(np.prod(named))).reshape(named)
+    dy = np.cos(np.arange(x.size)).reshape(x.shape).astype(x.dtype)
+    out = list(fastnorm.mean_var(x, axis=axis))
+    y, mean, rstd = fastnorm.layer_norm(x, axis=axis, return_stats=True)
+    out += [y, mean, rstd]
+    out += list(fastnorm.layer_norm_backward(dy, x, mean.reshape(keep), rstd.reshape(keep),
+                                             axis=axis))
+    out += list(fastnorm.batch_norm(x, g, None, axis=red, return_stats=True))
+    return [np.asarray(a) for a in out]
 
-    def toggler():
-        n = 0
-        while not stop.is_set():
-            fastnorm.set_num_threads(1 + n % 4)
-            n += 1
 
-    t = threading.Thread(target=toggler)
-    t.start()
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("side", ["same split", "taken as threads come free"])
+@pytest.mark.parametrize("layout", SCHEDULE_LAYOUTS, ids=[name for name, _, _ in SCHEDULE_LAYOUTS])
+def test_either_schedule_gives_the_bits_of_one_thread(layout, side, dtype):
+    _, cols, axis = layout
+    nbytes = SAME_SPLIT // 2 if side == "same split" else SAME_SPLIT
+    x = _rows_x(_rows_for(nbytes, cols, dtype), cols, dtype)
+    assert (x.nbytes <= SAME_SPLIT) == (side == "same split")
     try:
-        results = _hammer(lambda i: [lambda: fastnorm.layer_norm(x, return_stats=True)],
-                          n_threads=7, repeats=4)
+        fastnorm.set_num_threads(1)
+        serial = _schedule_results(x, axis)
+        for n in (2, 3):
+            fastnorm.set_num_threads(n)
+            images = x.reshape(x.shape[0], 4, 32, 32) if axis == (0, 2, 3) else x
+            assert route(fastnorm.layer_norm, images, axis=axis)["threads"] == n
+            for k, (a, b) in enumerate(zip(_schedule_results(x, axis), serial)):
+                assert_bitwise(a, b, f"{side}: result {k} with {n} threads vs 1")
     finally:
-        stop.set()
-        t.join()
-    for per_thread in results:
-        for (res,) in per_thread:
-            for a, b in zip(_flat(res), ref):
-                assert_bitwise(a, b)
+        fastnorm.set_num_threads(None)
+    # ... and those bits are layer_norm's: a float64 reference of the rows case
+    if axis == -1:
+        ref = x.astype(np.float64)
+        ref = (ref - ref.mean(-1, keepdims=True)) / np.sqrt(ref.var(-1, keepdims=True) + 1e-5)
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(serial[2], ref, rtol=0, atol=tol)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
-def test_calls_in_a_forked_child_run_and_match_the_parent(run_python):
-    # GNU OpenMP cannot start a team in a child forked from a process that
-    # ran teams: the first parallel call there never returned.  A forked
-    # child runs every call on one thread; its results are the parent's
-    # bits (results do not depend on the thread count).
-    code = textwrap.dedent("""
-        import os, pickle, sys, numpy as np, fastnorm
-        fastnorm.set_num_threads(2)
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((64, 20000)).astype(np.float32)
-        dy = rng.standard_normal(x.shape).astype(np.float32)
-        def calls():
-            y, m, r = fastnorm.layer_norm(x, return_stats=True)
-            return [fastnorm.mean_var(x, axis=0)[1], y, fastnorm.batch_norm(x, axis=0),
-                    fastnorm.layer_norm(x, axis=0), fastnorm.rms_norm(x),
-                    fastnorm.layer_norm_backward(dy, x, m, r)[0]]
-        parent = calls()
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            with os.fdopen(write, "wb") as f:
-                pickle.dump((fastnorm.get_num_threads(), calls()), f)
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read, "rb") as f:
-            threads, child = pickle.load(f)
-        os.waitpid(pid, 0)
-        assert threads == 1, threads
-        assert all(a.tobytes() == b.tobytes() for a, b in zip(parent, child))
-        assert fastnorm.get_num_threads() == 2
-        print("ok")
-    """)
-    done = run_python(code)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+# --------------------------------------------------------------------------
+# gradients
+
+# Shapes large enough to run on several threads (more than 2**16 values) and
+# cut into several blocks: 64 rows at least in a block of rows, 256 KiB of x
+# at least in a block of slices (so float32 slices need over 512 KiB).
+THREAD_CASES = {
+    "rows_axis0": ((1000, 70), (0,), (7, 1)),
+    "rows_axis1": ((5000, 70), (1,), (7, 1)),
+    "wide_columns": ((130, 1100), (0,), (11, 1)),
+    "nchw": ((40, 16, 18, 18), (0, 2, 3), (4, 1)),
+    "nhwc": ((16, 18, 18, 16), (0, 1, 2), (16, -1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [F64, F32], ids=str)
+@pytest.mark.parametrize("case", list(THREAD_CASES))
+def test_gradients_bitwise_identical_for_any_thread_count(case, dtype):
+    shape, axes, (groups, ch) = THREAD_CASES[case]
+    rng = np.random.default_rng(7)
+    x = (1 + rng.standard_normal(shape)).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    nd = len(shape)
+    kept = tuple(i for i in range(nd) if i not in axes)
+    g_layer = rng.uniform(0.5, 2, tuple(shape[i] for i in axes))
+    g_batch = rng.uniform(0.5, 2, tuple(shape[i] for i in kept))
+    g_group = rng.uniform(0.5, 2, shape[ch])
+    _, lm, lr = fastnorm.layer_norm(x, g_layer, axis=axes, return_stats=True)
+    _, rr = fastnorm.rms_norm(x, g_layer, axis=axes, return_stats=True)
+    _, bm, br = fastnorm.batch_norm(x, g_batch, axis=axes, return_stats=True)
+    _, gm, gr = fastnorm.group_norm(x, groups, g_group, channel_axis=ch, return_stats=True)
+
+    def all_grads():
+        return (fastnorm.layer_norm_backward(dy, x, lm, lr, g_layer, axis=axes)
+                + fastnorm.rms_norm_backward(dy, x, rr, g_layer, axis=axes)
+                + fastnorm.batch_norm_backward(dy, x, bm, br, g_batch, axis=axes)
+                + fastnorm.batch_norm_backward(dy, x, bm, br, g_batch, axis=axes, training=False)
+                + fastnorm.group_norm_backward(dy, x, gm, gr, groups, g_group, channel_axis=ch))
+
+    fastnorm.set_num_threads(1)
+    one = all_grads()
+    for n in (2, 4):
+        fastnorm.set_num_threads(n)
+        for func, stats, g in ((fastnorm.layer_norm_backward, (lm, lr), g_layer),
+                               (fastnorm.batch_norm_backward, (bm, br), g_batch)):
+            assert route(func, dy, x, *stats, g, axis=axes)["threads"] == n
+        for k, (a, b) in enumerate(zip(one, all_grads())):
+            assert_bitwise(b, a, f"{case} result {k} with {n} threads")
+    fastnorm.set_num_threads(None)

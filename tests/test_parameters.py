@@ -1,8 +1,11 @@
-"""Gain and bias of float16/float32 widened to the float64 the kernels read
-(kernels.as_float64 and row_f64): arrays of 64 KiB of float64 or more live
-in the kernels' kept scratch blocks, smaller ones in NumPy's memory.  Both
-sides of that bound, any strides, and the blocks' lifetimes: a block lent
-to a live array is never handed to anything else."""
+"""Parameters in every form a call accepts: gain and bias in the named shape
+or keepdims layout (broadcasting along their own axes), and of float16 or
+float32, widened to the float64 the kernels read (kernels.as_float64 and
+row_f64): arrays of 64 KiB of float64 or more live in the kernels' kept
+scratch blocks, smaller ones in NumPy's memory.  Both sides of that bound,
+any strides, and the blocks' lifetimes: a block lent to a live array is
+never handed to anything else.  (Parameters of the wrong shape:
+test_errors.py.)"""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,7 +14,9 @@ from hypothesis import strategies as st
 import fastnorm
 from fastnorm import _simd
 from reference import assert_close, ref_layer_norm, ref_rms_norm
+from routes import assert_route
 
+X = np.arange(24.0).reshape(2, 3, 4)
 KEPT_MIN_VALUES = (64 << 10) // 8     # FN_KEEP_MIN bytes of float64
 
 
@@ -80,14 +85,16 @@ def test_layer_norm_over_two_axes_with_large_float_params(dtype):
         assert_close(y, ref, tol * (np.abs(ref) + 1.0), f"layer_norm {dtype.__name__}")
 
 
-def test_quick_call_with_long_float32_rows():
+def test_fast_path_with_long_float32_rows():
     # The last axis alone, a 1-d float32 gain of 2 * KEPT_MIN_VALUES values:
-    # the quick call widens it with row_f64 into a kept block.
+    # the fast path widens it with row_f64 into a kept block.
     rng = np.random.default_rng(5)
     n = 2 * KEPT_MIN_VALUES
     x = rng.standard_normal((3, n)).astype(np.float32)
     g = rng.uniform(0.5, 2.0, n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
+    assert_route({"fast_path": True}, fastnorm.layer_norm, x, g, b)
+    assert_route({"fast_path": True}, fastnorm.rms_norm, x, g)
     y = fastnorm.layer_norm(x, g, b)
     ref = ref_layer_norm(x, (1,), g, b)[0]
     assert_close(y, ref, 1e-5 * (np.abs(ref) + 1.0), "layer_norm")
@@ -124,7 +131,7 @@ def test_parameter_layout_leaves_the_bits_alone(x_dtype, p_dtype, shape, layout,
     beta = rng.standard_normal(n).astype(p_dtype) if with_beta else None
     g2 = _in_layout(gamma, layout)
     b2 = None if beta is None else _in_layout(beta, layout)
-    for axis in (-1, (x.ndim - 1,)):          # the quick call and the general one
+    for axis in (-1, (x.ndim - 1,)):          # the fast path and the general one
         y = fastnorm.layer_norm(x, gamma, beta, axis=axis)
         y2 = fastnorm.layer_norm(x, g2, b2, axis=axis)
         np.testing.assert_array_equal(y2.view(np.uint8), y.view(np.uint8))
@@ -135,3 +142,9 @@ def test_parameter_layout_leaves_the_bits_alone(x_dtype, p_dtype, shape, layout,
                          None if beta is None else beta.astype(np.float64))[0]
     tol = {np.float16: 4e-3, np.float32: 2e-6, np.float64: 1e-12}[x_dtype]
     assert_close(y, ref, tol * (1.0 + np.abs(ref)) * 4, "y")
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (1, 3, 4), (1, 1, 4), (1, 3, 1), (1, 1, 1)])
+def test_layer_params_of_accepted_shapes(shape):
+    y = fastnorm.layer_norm(X, np.ones(shape), np.zeros(shape), axis=(1, 2))
+    assert y.shape == X.shape

@@ -16,12 +16,22 @@ import fastnorm
 from fastnorm import _simd
 from reference import (OUT_TOL, assert_bitwise, assert_close, ref_group_norm, ref_layer_norm,
                        ref_rms_norm)
+from routes import schedule
 
 # (shape, axes) pairs that take each access pattern: rows of 32 and of 1000
 # values, the columns (axis 0), NCHW channels (interleaved runs), a
 # transposed view (strided slices) and everything at once.
 CASES = [((300, 32), (1,)), ((9, 1000), (1,)), ((257, 70), (0,)), ((6, 5, 7, 9), (0, 2, 3)),
          ("T", (0,)), ((4, 3, 50), None)]
+
+
+def test_cases_reach_every_pattern():
+    seen = set()
+    for shape, axes in CASES:
+        for dtype in (np.float16, np.float32, np.float64):
+            x = np.ones((40, 33), dtype).T if shape == "T" else np.ones(shape, dtype)
+            seen.add(schedule(fastnorm.layer_norm, x, axis=axes))
+    assert {"slices/rows", "slices/whole", "columns/tiles", "images/images"} <= seen, seen
 
 
 def _all(axes, x):

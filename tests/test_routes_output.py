@@ -11,6 +11,9 @@ compared bit for bit with y written into an existing array (streamed
 upwards), and with the plain float64 reference, for every dtype, runs whose
 ends fall anywhere in a vector (the scalar head and tail of each run), gain
 and bias or none, one and two threads.
+
+fastnorm.explain says which: ``streams`` (written around the caches) and
+``descending`` (from the last slice down).
 """
 import numpy as np
 import pytest
@@ -19,9 +22,13 @@ import fastnorm
 from fastnorm import _simd
 from reference import (OUT_TOL, assert_bitwise, assert_close, ref_layer_norm, ref_norm_grads,
                        ref_rms_norm)
+from routes import assert_route
 
 # Rows of n values, enough of them for an output of 8 MiB or more.
 STREAM_BYTES = 8 << 20
+UPWARDS = {"streams": False, "descending": False}
+STREAMED = {"streams": True, "descending": False}
+DOWNWARDS = {"streams": True, "descending": True}
 
 
 def _x(n, dtype, seed):
@@ -38,6 +45,8 @@ def test_fresh_layer_norm_is_written_like_out(dtype, n, threads):
     rng = np.random.default_rng(1)
     gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
     fastnorm.set_num_threads(threads)
+    assert_route(UPWARDS, fastnorm.layer_norm, x, gamma, beta)
+    assert_route(STREAMED, fastnorm.layer_norm, x, gamma, beta, out=np.empty_like(x))
     fresh = fastnorm.layer_norm(x, gamma, beta)
     into = np.full_like(x, np.nan)
     fastnorm.layer_norm(x, gamma, beta, out=into)
@@ -53,6 +62,8 @@ def test_fresh_layer_norm_is_written_like_out(dtype, n, threads):
 def test_fresh_rms_norm_is_written_like_out(dtype, n):
     x = _x(n, dtype, n + 1)
     gamma = np.random.default_rng(2).uniform(0.5, 2.0, n)
+    assert_route(UPWARDS, fastnorm.rms_norm, x, gamma)
+    assert_route(STREAMED, fastnorm.rms_norm, x, gamma, out=np.empty_like(x))
     fresh = fastnorm.rms_norm(x, gamma)
     into = np.full_like(x, np.nan)
     fastnorm.rms_norm(x, gamma, out=into)
@@ -90,6 +101,8 @@ def test_fresh_output_of_columns_and_short_rows_unchanged(threads):
     try:
         for x, axis in ((_x(1024, np.float32, 3), 0), (_x(1000, np.float64, 5), 0),
                         (_x(32, np.float32, 4), 1)):
+            assert_route(UPWARDS, fastnorm.layer_norm, x, axis=axis)
+            assert_route(STREAMED, fastnorm.layer_norm, x, axis=axis, out=np.empty_like(x))
             fresh = fastnorm.layer_norm(x, axis=axis)
             into = np.empty_like(x)
             fastnorm.layer_norm(x, axis=axis, out=into)
@@ -132,6 +145,8 @@ def test_fresh_batch_norm_of_long_maps_is_written_like_out(dtype, maps, layout, 
         for training in (True, False):
             kw = dict(training=training) if training else dict(
                 running_mean=r_mean.copy(), running_var=r_var.copy(), training=False)
+            assert_route(DOWNWARDS, fastnorm.batch_norm, x, gamma, beta, **kw)
+            assert_route(STREAMED, fastnorm.batch_norm, x, gamma, beta, out=np.empty_like(x), **kw)
             fresh = fastnorm.batch_norm(x, gamma, beta, **kw)
             kw = dict(training=training) if training else dict(
                 running_mean=r_mean.copy(), running_var=r_var.copy(), training=False)
@@ -155,7 +170,7 @@ def test_fresh_batch_norm_of_long_maps_is_written_like_out(dtype, maps, layout, 
 def test_fresh_gradients_are_written_like_out(dtype, threads):
     # dx of at least 8 MiB, allocated by the call (ordinary stores where it
     # is written in address order) against dx= an existing array
-    # (streamed): rows (the quick path and the general one), the columns of
+    # (streamed): rows (the fast path and the general one), the columns of
     # (N, C), and NCHW channels (several runs, streamed either way).
     rng = np.random.default_rng(8)
     x = _x(1000, dtype, 9)
@@ -166,18 +181,28 @@ def test_fresh_gradients_are_written_like_out(dtype, threads):
     fastnorm.set_num_threads(threads)
     try:
         _, mean, rstd = fastnorm.layer_norm(x, return_stats=True)
-        for axis in (-1, (1,)):             # the quick path, the general one
+        for axis in (-1, (1,)):             # the fast path, the general one
+            assert_route(dict(UPWARDS, fast_path=axis == -1), fastnorm.layer_norm_backward, dy, x,
+                         mean, rstd, gamma, axis=axis)
+            assert_route(STREAMED, fastnorm.layer_norm_backward, dy, x, mean, rstd, gamma,
+                         axis=axis, out=(np.empty_like(x), None, None))
             fresh = fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma, axis=axis)
             into = np.full_like(x, np.nan)
             fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma, axis=axis,
                                          out=(into, None, None))
             assert_bitwise(fresh[0], into, f"rows, axis {axis}")
         _, mean, rstd = fastnorm.batch_norm(x, axis=0, return_stats=True)
+        assert_route(UPWARDS, fastnorm.batch_norm_backward, dy, x, mean, rstd, axis=0)
+        assert_route(STREAMED, fastnorm.batch_norm_backward, dy, x, mean, rstd, axis=0,
+                     out=(np.empty_like(x), None, None))
         fresh = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma=None, axis=0)
         into = np.full_like(x, np.nan)
         fastnorm.batch_norm_backward(dy, x, mean, rstd, axis=0, out=(into, None, None))
         assert_bitwise(fresh[0], into, "columns")
         _, mean, rstd = fastnorm.batch_norm(images, return_stats=True)
+        assert_route(STREAMED, fastnorm.batch_norm_backward, dy_images, images, mean, rstd)
+        assert_route(STREAMED, fastnorm.batch_norm_backward, dy_images, images, mean, rstd,
+                     out=(np.empty_like(images), None, None))
         fresh = fastnorm.batch_norm_backward(dy_images, images, mean, rstd)
         into = np.full_like(images, np.nan)
         fastnorm.batch_norm_backward(dy_images, images, mean, rstd, out=(into, None, None))

@@ -1,0 +1,26 @@
+"""The route a call takes, in fastnorm.explain's words, for the tests that
+aim at one: a test that means to reach a way through the kernels says so,
+and fails when a change to the planner moves its call elsewhere."""
+import fastnorm
+
+
+def route(func, *args, **kwargs):
+    """explain's dict for func(*args, **kwargs) on the current thread count."""
+    return fastnorm.explain(func, *args, **kwargs)
+
+
+def assert_route(expected, func, *args, **kwargs):
+    """Every key of `expected` has its value in explain(func, *args,
+    **kwargs); returns the whole dict."""
+    got = route(func, *args, **kwargs)
+    wrong = {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
+    assert not wrong, (f"{getattr(func, '__name__', func)} takes another route: "
+                       + ", ".join(f"{k} is {g!r}, not {v!r}" for k, (g, v) in wrong.items())
+                       + f" (explain: {got})")
+    return got
+
+
+def schedule(func, *args, **kwargs):
+    """'pattern/schedule' of the call, e.g. 'slices/rows'."""
+    r = route(func, *args, **kwargs)
+    return f"{r['pattern']}/{r['schedule']}"

@@ -1,0 +1,979 @@
+"""The fast path for small calls: layer_norm, rms_norm and mean_var over the
+last axis, their gradients, and batch_norm over every axis but 1, y alone.
+
+The fast path's entries (fastnorm._simd.kernels.fast_norm, fast_mean_var,
+fast_norm_backward, fast_batch_norm; tests/fastpath.py calls them with the
+general path's defaults) make the kernel call after the few checks the
+common case needs, and return None for anything else.  They must give the
+general path's bits (reached with the axes as a tuple, which the fast path
+never takes, or with the entry replaced by one that returns None), values
+that match the plain float64 references, the same running statistics, and
+leave every other call to the general path, whose conversions and errors
+then apply.  fastnorm.explain says which calls take it: ``fast_path`` is
+True for them and False for the others.
+"""
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import fastnorm
+from fastnorm import _simd
+import fastpath
+from reference import (OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_layer_norm,
+                       ref_mean_var, ref_norm_grads, ref_rms_norm, ref_running_update, tiny)
+from routes import assert_route
+
+TAKEN = {"fast_path": True}
+LEFT = {"fast_path": False}
+
+
+# --------------------------------------------------------------------------
+# layer_norm, rms_norm and mean_var over the last axis
+
+FLOATS = [np.float16, np.float32, np.float64]
+
+
+@st.composite
+def fast_calls(draw):
+    """x of 1 to 4 dimensions in any layout, gain and bias of any float
+    dtype or none, an eps."""
+    ndim = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim - 1, max_size=ndim - 1)))
+    shape += (draw(st.integers(1, 300)),)
+    dtype = draw(st.sampled_from(FLOATS))
+    layout = draw(st.sampled_from(["C", "F", "reversed", "every other"]))
+    offset = draw(st.sampled_from([0.0, 3.0, 1e3]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    base = rng.standard_normal(shape) * rng.uniform(0.1, 10) + offset
+    if layout == "F":
+        x = np.asfortranarray(base.astype(dtype))
+    elif layout == "reversed":
+        x = base.astype(dtype)[..., ::-1]
+    elif layout == "every other":
+        x = np.repeat(base.astype(dtype), 2, axis=-1)[..., ::2]
+    else:
+        x = base.astype(dtype)
+    n = shape[-1]
+    params = []
+    for role in ("gamma", "beta"):
+        p_dtype = draw(st.sampled_from([None] + FLOATS))
+        p_layout = draw(st.sampled_from(["C", "reversed", "every other", "misaligned"]))
+        values = rng.uniform(0.5, 2.0, n) if role == "gamma" else rng.standard_normal(n)
+        params.append(None if p_dtype is None else _laid_out(values.astype(p_dtype), p_layout))
+    eps = draw(st.sampled_from([1e-5, 0.0, 0.5]))
+    axis = draw(st.sampled_from([-1, ndim - 1]))
+    return x, axis, params[0], params[1], eps
+
+
+def _laid_out(p, layout):
+    """A 1-d array with p's values: contiguous, reversed, every other element
+    of a longer one, or one byte off alignment."""
+    if layout == "reversed":
+        return p[::-1].copy()[::-1]
+    if layout == "every other":
+        return np.repeat(p, 2)[::2]
+    if layout == "misaligned":
+        raw = np.zeros(p.nbytes + 1, np.uint8)
+        q = raw[1:].view(p.dtype)
+        q[...] = p
+        return q
+    return p
+
+
+def test_row_f64_widens_float16_and_float32(simd_level):
+    # The fast path's widening of gain and bias, against NumPy's.
+    rng = np.random.default_rng(11)
+    for dtype in (np.float16, np.float32):
+        for n, ndim in ((1, 1), (7, 2), (768, 4)):
+            p = (rng.standard_normal(n) * 100).astype(dtype)
+            for layout in ("C", "reversed", "every other"):
+                q = _laid_out(p, layout)
+                w = _simd.kernels.row_f64(q, ndim)
+                assert w.shape == (1,) * (ndim - 1) + (n,), w.shape
+                assert w.dtype == np.float64 and w.flags.c_contiguous
+                assert_bitwise(w.ravel(), q.astype(np.float64), f"{dtype.__name__} {layout}")
+    for bad, ndim in ((np.ones(3), 1), (np.ones((2, 3), np.float32), 2),
+                      (np.ones(3, np.float32), 0), (np.ones(3, np.float32), 65)):
+        with pytest.raises(ValueError):
+            _simd.kernels.row_f64(bad, ndim)
+
+
+def _ref_gamma(p):
+    return None if p is None else p.astype(np.float64)
+
+
+@given(fast_calls())
+def test_fast_layer_norm_is_the_general_path(call):
+    x, axis, gamma, beta, eps = call
+    before = [fingerprint(a) for a in (x, gamma, beta)]
+    assert_route(TAKEN, fastnorm.layer_norm, x, gamma, beta, axis=axis, eps=eps)
+    assert_route(LEFT, fastnorm.layer_norm, x, gamma, beta, axis=(x.ndim - 1,), eps=eps)
+    y = fastpath.last_axis(x, axis, "center", eps, gamma, beta)
+    assert y is not None, "the fast path refused a call it is meant for"
+    assert y.dtype == x.dtype and y.shape == x.shape
+    general = fastnorm.layer_norm(x, gamma, beta, axis=(x.ndim - 1,), eps=eps)
+    assert_bitwise(y, general, "fast y against the general path")
+    assert_bitwise(fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps), y, "layer_norm")
+    ref = ref_layer_norm(x, (x.ndim - 1,), _ref_gamma(gamma), _ref_gamma(beta), eps=eps)[0]
+    assert_close(y, ref, OUT_TOL[x.dtype] * (1.0 + np.abs(ref)) * 4, "y")
+    assert [fingerprint(a) for a in (x, gamma, beta)] == before, "an input changed"
+
+
+@given(fast_calls())
+def test_fast_rms_norm_is_the_general_path(call):
+    x, axis, gamma, _, eps = call
+    before = [fingerprint(a) for a in (x, gamma)]
+    assert_route(TAKEN, fastnorm.rms_norm, x, gamma, axis=axis, eps=eps)
+    assert_route(LEFT, fastnorm.rms_norm, x, gamma, axis=(x.ndim - 1,), eps=eps)
+    y = fastpath.last_axis(x, axis, "rms", eps, gamma, None)
+    assert y is not None, "the fast path refused a call it is meant for"
+    general = fastnorm.rms_norm(x, gamma, axis=(x.ndim - 1,), eps=eps)
+    assert_bitwise(y, general, "fast y against the general path")
+    assert_bitwise(fastnorm.rms_norm(x, gamma, axis=axis, eps=eps), y, "rms_norm")
+    ref = ref_rms_norm(x, (x.ndim - 1,), _ref_gamma(gamma), eps=eps)[0]
+    assert_close(y, ref, OUT_TOL[x.dtype] * (1.0 + np.abs(ref)) * 4, "y")
+    assert [fingerprint(a) for a in (x, gamma)] == before, "an input changed"
+
+
+def test_fast_path_on_every_simd_level(simd_level):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((32, 768)) + 50).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 2, 768).astype(np.float32), rng.standard_normal(768)
+    y = fastpath.last_axis(x, -1, "center", 1e-5, gamma, beta)
+    assert_bitwise(y, fastnorm.layer_norm(x, gamma, beta, axis=(1,)), "y")
+    ref = ref_layer_norm(x, (1,), gamma.astype(np.float64), beta)[0]
+    assert_close(y, ref, 1e-5 * (1.0 + np.abs(ref)) * 4, "y")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fast_path_large_enough_for_threads(threads):
+    # At or above the kernels' parallel size the fast path asks for the
+    # team; results do not depend on it.
+    rows = _simd.kernels.parallel_min // 256 + 3
+    x = np.random.default_rng(6).standard_normal((rows, 256)).astype(np.float32) + 7
+    fastnorm.set_num_threads(threads)
+    y = fastpath.last_axis(x, -1, "center", 1e-5, None, None)
+    fastnorm.set_num_threads(1)
+    assert_bitwise(y, fastnorm.layer_norm(x, axis=(1,)), "y")
+    assert_close(y, ref_layer_norm(x, (1,))[0], 4e-5, "y")
+
+
+X = np.random.default_rng(7).standard_normal((4, 10)).astype(np.float32)
+
+
+G = np.linspace(0.5, 1.5, 10)
+
+
+# X's values one byte past an aligned address.
+MISALIGNED = np.frombuffer(b"\0" + X.tobytes(), np.float32, count=X.size, offset=1).reshape(4, 10)
+
+
+# Calls the fast path must leave to the general path: (what, x, axis, eps,
+# gamma, beta).  Each is then run through layer_norm and rms_norm.
+GENERAL = [
+    ("a list for x", X.tolist(), -1, 1e-5, None, None),
+    ("integer x", np.arange(40).reshape(4, 10), -1, 1e-5, None, None),
+    ("a 0-d x", np.float64(3.0), -1, 1e-5, None, None),
+    ("an empty x", np.zeros((4, 0), np.float32), -1, 1e-5, None, None),
+    ("an ndarray subclass", np.ma.masked_array(X), -1, 1e-5, None, None),
+    ("byte-swapped x", X.astype(">f4"), -1, 1e-5, None, None),
+    ("misaligned x", MISALIGNED, -1, 1e-5, None, None),
+    ("another axis", X, 0, 1e-5, None, None),
+    ("a NumPy integer axis", X, np.int64(-1), 1e-5, None, None),
+    ("a tuple axis", X, (1,), 1e-5, None, None),
+    ("axis None", X, None, 1e-5, None, None),
+    ("an integer eps", X, -1, 0, None, None),
+    ("a NumPy float eps", X, -1, np.float64(1e-5), None, None),
+    ("a list gamma", X, -1, 1e-5, G.tolist(), None),
+    ("an integer gamma", X, -1, 1e-5, np.arange(1, 11), None),
+    ("a keepdims gamma", X, -1, 1e-5, G.reshape(1, 10), None),
+    ("a gamma of shape (1, 1)", X, -1, 1e-5, np.full((1, 1), 2.0), None),
+]
+
+
+# ...and calls the general path refuses: the same error either way.
+ERRORS = [
+    ("a negative eps", X, -1, -1.0, None, None, ValueError),
+    ("a NaN eps", X, -1, float("nan"), None, None, ValueError),
+    ("an infinite eps", X, -1, float("inf"), None, None, ValueError),
+    ("gamma of the wrong size", X, -1, 1e-5, np.ones(9), None, ValueError),
+    ("beta of the wrong size", X, -1, 1e-5, None, np.ones(11, np.float32), ValueError),
+    ("a gamma per slice", X, -1, 1e-5, np.ones((4, 1)), None, ValueError),
+    ("a complex gamma", X, -1, 1e-5, np.ones(10, complex), None, TypeError),
+    ("an axis out of range", X, 2, 1e-5, None, None, np.exceptions.AxisError),
+    ("a string x", np.array(["a", "b"]), -1, 1e-5, None, None, TypeError),
+]
+
+
+@pytest.mark.parametrize("what, x, axis, eps, gamma, beta", GENERAL, ids=[c[0] for c in GENERAL])
+def test_other_calls_take_the_general_path(what, x, axis, eps, gamma, beta):
+    assert fastpath.last_axis(x, axis, "center", eps, gamma, beta) is None
+    assert fastpath.last_axis(x, axis, "rms", eps, gamma, None) is None
+    xa = np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind in "iu" else np.asarray(x)
+    if xa.ndim:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)      # an empty x warns
+            assert_route(LEFT, fastnorm.layer_norm, x, gamma, beta, axis=axis, eps=eps)
+            assert_route(LEFT, fastnorm.rms_norm, x, gamma, axis=axis, eps=eps)
+    if xa.size == 0:
+        with pytest.warns(RuntimeWarning):
+            y = fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
+        assert y.shape == xa.shape
+        return
+    if xa.ndim == 0:
+        with pytest.raises(np.exceptions.AxisError):
+            fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
+        return
+    axes = tuple(range(xa.ndim)) if axis is None else np.atleast_1d(axis) % xa.ndim
+    axes = tuple(int(a) for a in axes)
+    g = None if gamma is None else np.asarray(gamma, dtype=np.float64)
+    if g is not None and g.ndim == 1:
+        g = g.reshape(tuple(xa.shape[a] if a in axes else 1 for a in range(xa.ndim)))
+    y = fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
+    ref = ref_layer_norm(xa, axes, g, None, eps=float(eps))[0]
+    assert_close(y, ref, OUT_TOL[np.dtype(y.dtype)] * (1.0 + np.abs(ref)) * 4, "layer_norm")
+    y = fastnorm.rms_norm(x, gamma, axis=axis, eps=eps)
+    ref = ref_rms_norm(xa, axes, g, eps=float(eps))[0]
+    assert_close(y, ref, OUT_TOL[np.dtype(y.dtype)] * (1.0 + np.abs(ref)) * 4, "rms_norm")
+
+
+@pytest.mark.parametrize("what, x, axis, eps, gamma, beta, error", ERRORS,
+                         ids=[c[0] for c in ERRORS])
+def test_bad_calls_get_the_general_errors(what, x, axis, eps, gamma, beta, error):
+    assert fastpath.last_axis(x, axis, "center", eps, gamma, beta) is None
+    with pytest.raises(error):
+        fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
+    with pytest.raises(error):
+        fastnorm.explain(fastnorm.layer_norm, x, gamma, beta, axis=axis, eps=eps)
+    if beta is None:
+        with pytest.raises(error):
+            fastnorm.rms_norm(x, gamma, axis=axis, eps=eps)
+
+
+@given(fast_calls())
+def test_fast_path_into_out(call):
+    # out= of x's shape and dtype, C-contiguous and apart from x: written
+    # directly, the same bits as the general path into such an out (the
+    # layout of y takes part in the plan: a fresh y of an F-order x is F
+    # order); in place (out=x) too.
+    x, axis, gamma, beta, eps = call
+    before = [fingerprint(a) for a in (x, gamma, beta)]
+    general = np.empty(x.shape, x.dtype)
+    fastnorm.layer_norm(x, gamma, beta, axis=(x.ndim - 1,), eps=eps, out=general)
+    out = np.full(x.shape, np.nan, x.dtype)
+    assert fastpath.last_axis(x, axis, "center", eps, gamma, beta, out) is out
+    assert_bitwise(out, general, "fast out= against the general path")
+    assert [fingerprint(a) for a in (x, gamma, beta)] == before, "an input changed"
+    inplace = np.array(x, order="C")
+    expected = fastnorm.rms_norm(inplace, gamma, axis=(x.ndim - 1,), eps=eps)
+    assert fastpath.last_axis(inplace, axis, "rms", eps, gamma, None, inplace) is inplace
+    assert_bitwise(inplace, expected, "out=x")
+
+
+@given(fast_calls(), st.sampled_from([0, 1]), st.booleans())
+def test_fast_mean_var_is_the_general_path(call, ddof, keepdims):
+    x, axis, _, _, _ = call
+    if x.shape[-1] <= ddof:
+        x = np.concatenate([x, x], axis=-1)
+    before = fingerprint(x)
+    assert_route(TAKEN, fastnorm.mean_var, x, axis=axis, ddof=ddof, keepdims=keepdims)
+    assert_route(LEFT, fastnorm.mean_var, x, axis=(x.ndim - 1,), ddof=ddof, keepdims=keepdims)
+    fast = fastpath.mean_var_last_axis(x, axis, ddof, keepdims)
+    assert fast is not None, "the fast path refused a call it is meant for"
+    general = fastnorm.mean_var(x, axis=(x.ndim - 1,), ddof=ddof, keepdims=keepdims)
+    for q, g, what in zip(fast, general, ("mean", "var")):
+        assert type(q) is type(g), what
+        assert_bitwise(q, g, f"fast {what} against the general path")
+    rmean, rvar, _ = ref_mean_var(x, (x.ndim - 1,), ddof=ddof)
+    if not keepdims:
+        rmean, rvar = rmean[..., 0], rvar[..., 0]
+    tol = OUT_TOL[x.dtype] * 4
+    assert_close(fast[0], rmean, tol * (1.0 + np.abs(rmean)), "mean")
+    assert_close(fast[1], rvar, tol * np.abs(rvar) + 1e-30, "var")
+    assert fingerprint(x) == before, "x changed"
+
+
+@pytest.mark.parametrize("what, kwargs", [
+    ("another axis", dict(axis=0)),
+    ("axis None", dict(axis=None)),
+    ("a float ddof", dict(axis=-1, ddof=1.0)),
+    ("ddof of the whole row", dict(axis=-1, ddof=10)),
+    ("a negative ddof", dict(axis=-1, ddof=-1)),
+    ("an integer keepdims", dict(axis=-1, keepdims=1)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_fast_mean_var_leaves_other_calls_to_the_general_path(what, kwargs):
+    args = dict(axis=None, ddof=0, keepdims=False) | kwargs
+    assert fastpath.mean_var_last_axis(X, args["axis"], args["ddof"], args["keepdims"]) is None
+    axes = tuple(range(X.ndim)) if args["axis"] is None else (args["axis"] % X.ndim,)
+    rmean, rvar, _ = ref_mean_var(X, axes, ddof=int(args["ddof"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)          # ddof of the whole row
+        assert_route(LEFT, fastnorm.mean_var, X, **kwargs)
+    if args["ddof"] >= 10:
+        with pytest.warns(RuntimeWarning):
+            mean, var = fastnorm.mean_var(X, **kwargs)
+        assert np.isinf(var).all()
+    else:
+        mean, var = fastnorm.mean_var(X, **kwargs)
+        shape = rmean.shape if args["keepdims"] else np.squeeze(rmean, axes).shape
+        assert_close(var, rvar.reshape(shape), 1e-5 * rvar.reshape(shape), what)
+    assert_close(mean, rmean.reshape(np.shape(mean)), 1e-5 * (1 + np.abs(rmean)).reshape(
+        np.shape(mean)), what)
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("what, x, ddof", [
+    ("byte-swapped x", X.astype(X.dtype.newbyteorder()), 0),
+    ("misaligned x", MISALIGNED, 0),
+    ("a list", X.tolist(), 0),
+    ("integers", np.arange(40).reshape(4, 10), 0),
+    ("an ndarray subclass", X.view(_Sub), 0),
+    ("0-d x", np.float32(3.0) * np.ones(()), 0),
+    ("no values", np.ones((0, 10), np.float32), 0),
+    ("a bool ddof", X, True),
+    ("a NumPy integer ddof", X, np.int64(1)),
+    ("a ddof beyond any index", X, 2**70),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_fast_mean_var_leaves_other_inputs_to_the_general_path(what, x, ddof):
+    assert fastpath.mean_var_last_axis(x, -1, ddof, False) is None, what
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_fast_mean_var_large_enough_for_threads(threads, dtype, keepdims):
+    # At or above the kernels' parallel size the fast path asks for the
+    # team; results do not depend on it.
+    rows = _simd.kernels.parallel_min // 256 + 3
+    x = (np.random.default_rng(8).standard_normal((rows, 256)) * 3 + 1e3).astype(dtype)
+    fastnorm.set_num_threads(threads)
+    try:
+        fast = fastpath.mean_var_last_axis(x, -1, 1, keepdims)
+    finally:
+        fastnorm.set_num_threads(None)
+    general = fastnorm.mean_var(x, axis=(1,), ddof=1, keepdims=keepdims)
+    for q, g, name in zip(fast, general, ("mean", "var")):
+        assert q.dtype == x.dtype and q.shape == g.shape, name
+        assert_bitwise(q, g, name)
+    rmean, rvar, _ = ref_mean_var(x, (1,), ddof=1)
+    if not keepdims:
+        rmean, rvar = rmean[:, 0], rvar[:, 0]
+    tol = OUT_TOL[x.dtype] * 4
+    assert_close(fast[0], rmean, tol * (1.0 + np.abs(rmean)), "mean")
+    assert_close(fast[1], rvar, tol * np.abs(rvar), "var")
+
+
+def _overlapping_out():
+    """out= arrays the fast path must leave to the general path, with the
+    x and gamma each goes with: (what, x, gamma, out)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 10))
+    buf = rng.standard_normal(70)
+    shifted = buf[:60].reshape(6, 10), buf[10:].reshape(6, 10)   # x one row on
+    shared = rng.uniform(0.5, 2.0, 70)
+    return [
+        ("out overlapping x", shifted[0], None, shifted[1]),
+        ("a Fortran-order out", x, None, np.asfortranarray(np.empty((6, 10)))),
+        ("an out of another dtype", x, None, np.empty((6, 10), np.float32)),
+        ("a read-only out", x, None, np.frombuffer(bytes(480)).reshape(6, 10)),
+        ("an out of another shape", x, None, np.empty((6, 11))),
+        ("a list out", x, None, [0.0] * 60),
+    ]
+
+
+def test_fast_path_out_holding_gamma():
+    # gamma is widened into an array of its own before y is written, so an
+    # out= over gamma's memory takes the fast path, with the general
+    # path's bits.
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 10))
+    for part in (slice(0, 10), slice(55, 65)):
+        shared = rng.uniform(0.5, 2.0, 70)
+        gamma = shared[part]
+        want = fastnorm.layer_norm(x, gamma.copy(), axis=(1,))
+        out = shared[:60].reshape(6, 10)
+        assert_route(TAKEN, fastnorm.layer_norm, x, gamma, out=out)
+        assert fastpath.last_axis(x, -1, "center", 1e-5, gamma, None, out) is out
+        assert_bitwise(out, want, f"out over gamma[{part}]")
+
+
+@pytest.mark.parametrize("what, x, gamma, out", _overlapping_out(),
+                         ids=[c[0] for c in _overlapping_out()])
+def test_fast_path_leaves_other_outs_to_the_general_path(what, x, gamma, out):
+    assert fastpath.last_axis(x, -1, "center", 1e-5, gamma, None, out) is None
+    if isinstance(out, np.ndarray) and out.dtype == x.dtype and out.shape == x.shape \
+            and out.flags.writeable:
+        g = None if gamma is None else gamma.copy()
+        ref = ref_layer_norm(x.copy(), (1,), g, None)[0]
+        assert_route(LEFT, fastnorm.layer_norm, x, gamma, out=out)
+        assert fastnorm.layer_norm(x, gamma, out=out) is out
+        assert_close(out, ref, 1e-12 * (1.0 + np.abs(ref)), what)
+    else:
+        with pytest.raises((TypeError, ValueError)):
+            fastnorm.layer_norm(x, gamma, out=out)
+
+
+def test_fast_path_does_not_take_out_dtype_or_stats():
+    # layer_norm and rms_norm ask the fast path only for y alone in x's
+    # dtype: these calls must still do what they say.
+    y = np.full_like(X, np.nan)
+    assert fastnorm.layer_norm(X, out=y) is y
+    assert_close(y, ref_layer_norm(X, (1,))[0], 4e-5, "out=")
+    assert fastnorm.layer_norm(X, dtype=np.float64).dtype == np.float64
+    y, mean, rstd = fastnorm.layer_norm(X, return_stats=True)
+    assert mean.shape == (4, 1) and rstd.shape == (4, 1)
+    y, rstd = fastnorm.rms_norm(X, return_stats=True)
+    assert rstd.shape == (4, 1)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_fast_rows_in_c_keep_x_layout_and_bound(order, dtype):
+    # The fast path writes y in x's memory order, as np.empty_like would,
+    # on either side of the kernels' parallel size, and into out=.
+    k = _simd.kernels
+    rng = np.random.default_rng(9)
+    x = np.asarray(rng.standard_normal((6, 50)) + 3, dtype=dtype, order=order)
+    g = rng.uniform(0.5, 2, 50).astype(dtype)[::-1]
+    y = fastpath.last_axis(x, -1, "center", 1e-5, g, None)
+    assert y is not None and y.strides == np.empty_like(x).strides
+    assert_bitwise(y, fastnorm.layer_norm(x, g, axis=(1,)), "fast path")
+    big = np.ones((k.parallel_min // 64, 64), dtype)
+    for a in (big, big[:-1]):
+        got = fastpath.last_axis(a, -1, "rms", 1e-5, None, None)
+        assert got is not None
+        assert_bitwise(got, fastnorm.rms_norm(a, axis=(1,)), "fast path, either side")
+    if order == "C":
+        out = np.empty_like(x)
+        assert fastpath.last_axis(x, -1, "center", 1e-5, g, None, out) is out
+        assert_bitwise(out, y, "into out=")
+
+
+# --------------------------------------------------------------------------
+# their gradients
+
+F64 = np.dtype(np.float64)
+
+
+DX_TOL = {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-5, F64: 1e-12}
+
+
+def _grad_laid_out(a, layout):
+    """a's values: contiguous, reversed along the last axis, every other
+    element of a longer array, or (1-d) one byte off alignment."""
+    if layout == "reversed":
+        return a[..., ::-1].copy()[..., ::-1]
+    if layout == "every other":
+        return np.repeat(a, 2, axis=-1)[..., ::2]
+    if layout == "F":
+        return np.asfortranarray(a)
+    if layout == "misaligned":
+        raw = np.zeros(a.nbytes + 1, np.uint8)
+        b = raw[1:].view(a.dtype).reshape(a.shape)
+        b[...] = a
+        return b
+    return a
+
+
+@st.composite
+def fast_gradients(draw):
+    """A gradient call over the last axis: x and dy of 1 to 3 dimensions in
+    any layout, the forward's statistics in its or another float dtype and
+    in keepdims or kept shape, gamma of any float dtype or none, out=
+    arrays or not."""
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=ndim - 1, max_size=ndim - 1)))
+    shape += (draw(st.integers(1, 300)),)
+    dtype = np.dtype(draw(st.sampled_from(FLOATS)))
+    mode = draw(st.sampled_from(["center", "rms"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = (rng.standard_normal(shape) * rng.uniform(0.1, 10) + draw(st.sampled_from([0.0, 3.0])))
+    x = _grad_laid_out(x.astype(dtype),
+                       draw(st.sampled_from(["C", "F", "reversed", "every other"])))
+    dy = _grad_laid_out(rng.standard_normal(shape).astype(dtype),
+                   draw(st.sampled_from(["C", "F", "reversed", "every other"])))
+    g_dtype = draw(st.sampled_from([None] + FLOATS))
+    gamma = None
+    if g_dtype is not None:
+        gamma = _grad_laid_out(rng.uniform(0.5, 2.0, shape[-1]).astype(g_dtype),
+                          draw(st.sampled_from(["C", "reversed", "every other", "misaligned"])))
+    forward = fastnorm.layer_norm if mode == "center" else fastnorm.rms_norm
+    stats = forward(x, return_stats=True)[1:]
+    if draw(st.booleans()):
+        stats = tuple(s.reshape(shape[:-1]) for s in stats)       # the kept shape
+    if draw(st.booleans()):
+        stats = tuple(s.astype(np.float64) for s in stats)
+    n_out = 3 if mode == "center" else 2
+    out = draw(st.sampled_from([None, "all", "dx", "grads"]))
+    axis = draw(st.sampled_from([-1, ndim - 1]))
+    return dict(dy=dy, x=x, stats=stats, gamma=gamma, mode=mode, n_out=n_out, out=out,
+                axis=axis)
+
+
+def _outs(call):
+    """Fresh out= arrays for the call's choice (None: no out=)."""
+    if call["out"] is None:
+        return None
+    x, gamma, n_out = call["x"], call["gamma"], call["n_out"]
+    pdt = gamma.dtype if gamma is not None else (F64 if x.dtype == F64 else np.float32)
+    dx = np.full_like(x, 7) if call["out"] in ("all", "dx") else None
+    grads = [np.full(x.shape[-1], 7, pdt) if call["out"] in ("all", "grads") else None
+             for _ in range(n_out - 1)]
+    return (dx, *grads)
+
+
+def _public(call, axis, out):
+    if call["mode"] == "center":
+        mean, rstd = call["stats"]
+        return fastnorm.layer_norm_backward(call["dy"], call["x"], mean, rstd, call["gamma"],
+                                            axis=axis, out=out)
+    return fastnorm.rms_norm_backward(call["dy"], call["x"], call["stats"][0], call["gamma"],
+                                      axis=axis, out=out)
+
+
+def _fast_call(call, out):
+    mean, rstd = call["stats"] if call["mode"] == "center" else (None, call["stats"][0])
+    return fastpath.rows_backward(call["dy"], call["x"], mean, rstd, call["gamma"],
+                                call["axis"], call["mode"], out, call["n_out"])
+
+
+@given(fast_gradients())
+def test_fast_gradients_are_the_general_path(call):
+    inputs = (call["dy"], call["x"], *call["stats"], call["gamma"])
+    before = [None if a is None else fingerprint(a) for a in inputs]
+    out = _outs(call)
+    assert _public_route(call, call["axis"], out)["fast_path"]
+    assert not _public_route(call, (call["x"].ndim - 1,), out)["fast_path"]
+    got = _fast_call(call, out)
+    assert got is not None, "the fast path refused a call it is meant for"
+    assert len(got) == call["n_out"]
+    if out is not None:
+        for o, g in zip(out, got):
+            assert o is None or g is o, "an out= array was not the one returned"
+    general = _public(call, (call["x"].ndim - 1,), _outs(call))
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), got, general):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert_bitwise(a, b, f"fast {name} against the general path")
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), _public(call, call["axis"], None), got):
+        assert_bitwise(a, b, f"public {name}")
+    after = [None if a is None else fingerprint(a) for a in inputs]
+    assert after == before, "an input changed"
+
+    # Against the closed form in float64 (statistics recomputed there).
+    x, dt = call["x"], call["x"].dtype
+    g = None
+    if call["gamma"] is not None:          # keepdims layout
+        g = call["gamma"].astype(np.float64).reshape((1,) * (x.ndim - 1) + (-1,))
+    ref = ref_norm_grads(call["dy"], x, (x.ndim - 1,), (x.ndim - 1,), g, call["mode"])
+    assert_close(got[0], ref["dx"], DX_TOL[dt] * ref["dx_scale"] + tiny(dt), "dx")
+    ptol = 1e-12 if dt == F64 else 1e-5
+    # The forward's float32 mean (float16/float32 x) is off by up to half an
+    # ulp: every xhat by that times rstd, which dgamma = sum(dy xhat) carries
+    # against dy (a value near the mean has an xhat of about that size).
+    slack = {"dgamma": 0.0, "dbeta": 0.0}
+    if dt != F64 and call["mode"] == "center":
+        mean, rstd = (np.asarray(s, np.float64) for s in call["stats"])
+        shift = float(np.max(np.spacing(np.abs(mean).astype(np.float32)) * rstd, initial=0.0))
+        slack["dgamma"] = shift * ref["dbeta_scale"].reshape(-1)
+    names = ("dgamma", "dbeta")[:call["n_out"] - 1]
+    for name, grad in zip(names, got[1:]):
+        want = ref[name].reshape(-1)
+        allowed = (max(ptol, OUT_TOL[grad.dtype]) * ref[name + "_scale"].reshape(-1)
+                   + slack[name] + tiny(grad.dtype))
+        assert_close(grad, want, allowed, name)
+
+
+def test_fast_gradients_with_threads():
+    # Large enough for the kernels' team: the same bits with 1 and 2 threads.
+    from fastnorm import _simd
+    rows = _simd.kernels.parallel_min // 256 + 3
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((rows, 256)).astype(np.float32)
+    dy = rng.standard_normal((rows, 256)).astype(np.float32)
+    gamma = rng.uniform(0.5, 2, 256).astype(np.float32)
+    _, mean, rstd = fastnorm.layer_norm(x, gamma, return_stats=True)
+    results = []
+    try:
+        for threads in (1, 2):
+            fastnorm.set_num_threads(threads)
+            got = fastpath.rows_backward(dy, x, mean, rstd, gamma, -1, "center", None, 3)
+            assert got is not None
+            results.append(got)
+    finally:
+        fastnorm.set_num_threads(None)
+    for a, b in zip(*results):
+        assert_bitwise(a, b, "1 thread against 2")
+    general = fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma, axis=(1,))
+    for a, b in zip(results[0], general):
+        assert_bitwise(a, b, "fast against general")
+
+
+GRAD_X = np.random.default_rng(7).standard_normal((4, 10)).astype(np.float32)
+
+
+GRAD_DY = np.random.default_rng(8).standard_normal((4, 10)).astype(np.float32)
+
+
+_, GRAD_MEAN, GRAD_RSTD = fastnorm.layer_norm(GRAD_X, return_stats=True)
+_, GRAD_MEAN0, GRAD_RSTD0 = fastnorm.layer_norm(GRAD_X, axis=0, return_stats=True)
+
+GRAD_G = np.linspace(0.5, 1.5, 10).astype(np.float32)
+
+
+# Calls the fast path must leave to the general path: (what, the call's
+# arguments other than GRAD_X, GRAD_DY, GRAD_MEAN, GRAD_RSTD, GRAD_G, axis -1 and no out=).  Built
+# anew for each call, since some write into their inputs.
+GRAD_GENERAL = [
+    ("a list for x", lambda: dict(x=GRAD_X.tolist())),
+    ("float64 dy with float32 x", lambda: dict(dy=GRAD_DY.astype(np.float64))),
+    ("integer x and dy", lambda: dict(x=np.arange(40).reshape(4, 10),
+                                      dy=np.ones((4, 10), int))),
+    ("an empty x", lambda: dict(x=np.zeros((4, 0), np.float32), dy=np.zeros((4, 0), np.float32),
+                                mean=np.zeros((4, 1)), rstd=np.ones((4, 1)), gamma=None)),
+    ("byte-swapped x", lambda: dict(x=GRAD_X.astype(">f4"))),
+    ("another axis", lambda: dict(axis=0, mean=GRAD_MEAN0, rstd=GRAD_RSTD0, gamma=None)),
+    ("a tuple axis", lambda: dict(axis=(1,))),
+    ("a NumPy integer axis", lambda: dict(axis=np.int64(-1))),
+    ("a list mean", lambda: dict(mean=GRAD_MEAN.tolist())),
+    ("integer statistics", lambda: dict(mean=np.zeros((4, 1), int), rstd=np.ones((4, 1), int))),
+    ("a keepdims gamma", lambda: dict(gamma=GRAD_G.reshape(1, 10))),
+    ("a list gamma", lambda: dict(gamma=GRAD_G.tolist())),
+    ("an integer gamma", lambda: dict(gamma=np.arange(1, 11))),
+    ("out=dy (in place)", lambda: _grad_in_place("dy")),
+    ("dx= a view of x", lambda: _grad_in_place("x")),
+    ("out= a bare array", lambda: dict(out=np.empty_like(GRAD_X))),
+    ("a dx= whose elements share addresses",
+     lambda: dict(out=(_grad_self_overlapping(), None, None))),
+]
+
+
+# ...and calls the general path refuses: the same error either way.
+GRAD_ERRORS = [
+    ("dy of another shape", lambda: dict(dy=GRAD_DY[:, :9]), ValueError),
+    ("mean of the wrong shape", lambda: dict(mean=GRAD_MEAN[:3]), ValueError),
+    ("gamma of the wrong size", lambda: dict(gamma=GRAD_G[:9]), ValueError),
+    ("a complex gamma", lambda: dict(gamma=GRAD_G.astype(complex)), TypeError),
+    ("complex statistics", lambda: dict(rstd=GRAD_RSTD.astype(complex)), TypeError),
+    ("an out= tuple of two", lambda: dict(out=(np.empty_like(GRAD_X), np.empty(10, np.float32))),
+     ValueError),
+    ("dgamma= of another dtype", lambda: dict(out=(None, np.empty(10), None)), TypeError),
+    ("a read-only dx=", lambda: dict(out=(_read_only(np.empty_like(GRAD_X)), None, None)),
+     ValueError),
+    ("an axis out of range", lambda: dict(axis=2), np.exceptions.AxisError),
+]
+
+
+def _grad_in_place(which):
+    x, dy = GRAD_X.copy(), GRAD_DY.copy()
+    target = dy if which == "dy" else x[:, :]
+    return dict(x=x, dy=dy, out=(target, None, None))
+
+
+def _grad_self_overlapping():
+    """A writable (4, 10) float32 view in which rows overlap."""
+    base = np.zeros(16, np.float32)
+    return np.lib.stride_tricks.as_strided(base, (4, 10), (8, 4))
+
+
+def _grad_arguments(change):
+    a = dict(x=GRAD_X, dy=GRAD_DY, mean=GRAD_MEAN, rstd=GRAD_RSTD, gamma=GRAD_G, axis=-1, out=None)
+    a.update(change())
+    return a
+
+
+def _grad_call(a, explain=False):
+    """layer_norm_backward with a's arguments (explain: its route)."""
+    args = (a["dy"], a["x"], a["mean"], a["rstd"], a["gamma"])
+    if explain:
+        return fastnorm.explain(fastnorm.layer_norm_backward, *args, axis=a["axis"], out=a["out"])
+    return fastnorm.layer_norm_backward(*args, axis=a["axis"], out=a["out"])
+
+def _grad_refused(a, changed, rms=True):
+    """Whether the fast path leaves the call to the general path, as
+    layer_norm_backward's and (with rms, unless only the mean, which it
+    does not take, is what changed) as rms_norm_backward's."""
+    out = a["out"]
+    rms_out = out[:2] if isinstance(out, tuple) and len(out) == 3 else out
+    refused = fastpath.rows_backward(a["dy"], a["x"], a["mean"], a["rstd"], a["gamma"],
+                                   a["axis"], "center", out, 3) is None
+    if rms and set(changed) != {"mean"}:
+        refused = refused and fastpath.rows_backward(a["dy"], a["x"], None, a["rstd"], a["gamma"],
+                                                   a["axis"], "rms", rms_out, 2) is None
+    return refused
+
+
+@pytest.mark.parametrize("what, change", GRAD_GENERAL, ids=[c[0] for c in GRAD_GENERAL])
+def test_other_gradient_calls_take_the_general_path(what, change, monkeypatch):
+    assert _grad_refused(_grad_arguments(change), change())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)      # an empty x warns
+        assert not _grad_call(_grad_arguments(change), explain=True)["fast_path"]
+    got = _grad_call(_grad_arguments(change))
+    # The same call with the fast path out of the way: the same results.
+    monkeypatch.setattr(fastnorm._simd.kernels, "fast_norm_backward", lambda *args: None)
+    want = _grad_call(_grad_arguments(change))
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), got, want):
+        assert_bitwise(np.asarray(a), np.asarray(b), name)
+
+
+def test_dask_gradients_take_the_dask_path():
+    da = pytest.importorskip("dask.array")
+    x = da.from_array(GRAD_X, chunks=(2, 10))
+    assert fastpath.rows_backward(GRAD_DY, x, GRAD_MEAN, GRAD_RSTD, GRAD_G, -1, "center", None,
+                                  3) is None
+    got = fastnorm.layer_norm_backward(GRAD_DY, x, GRAD_MEAN, GRAD_RSTD, GRAD_G)
+    assert all(isinstance(g, da.Array) for g in got)
+    ref = ref_norm_grads(GRAD_DY, GRAD_X, (1,), (1,), GRAD_G.astype(np.float64).reshape(1, 10))
+    assert_close(np.asarray(got[0]), ref["dx"], 1e-5 * ref["dx_scale"] + 1e-30, "dx")
+
+
+@pytest.mark.parametrize("what, change, exc", GRAD_ERRORS, ids=[c[0] for c in GRAD_ERRORS])
+def test_refused_gradient_calls_raise_as_the_general_path(what, change, exc):
+    a = _grad_arguments(change)
+    assert _grad_refused(a, change(), rms=False)
+    with pytest.raises(exc):
+        _grad_call(a)
+
+
+def _public_route(call, axis, out):
+    """explain's dict for _public's call."""
+    if call["mode"] == "center":
+        mean, rstd = call["stats"]
+        return fastnorm.explain(fastnorm.layer_norm_backward, call["dy"], call["x"], mean, rstd,
+                                call["gamma"], axis=axis, out=out)
+    return fastnorm.explain(fastnorm.rms_norm_backward, call["dy"], call["x"], call["stats"][0],
+                            call["gamma"], axis=axis, out=out)
+
+# --------------------------------------------------------------------------
+# batch_norm over every axis but 1
+
+def _bn_laid_out(a, layout):
+    if layout == "F":
+        return np.asfortranarray(a)
+    if layout == "reversed":
+        return a[..., ::-1].copy()[..., ::-1]
+    if layout == "every other":
+        return np.repeat(a, 2, axis=-1)[..., ::2]
+    return a
+
+
+@st.composite
+def fast_batch_norms(draw):
+    """x of 2 to 4 dimensions in any layout, per-channel gain, bias and
+    running statistics of any float dtype or none, training or eval, out=
+    or not."""
+    ndim = draw(st.integers(2, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim)))
+    training = draw(st.booleans())
+    if training and np.prod(shape) // shape[1] < 2:
+        shape = (2,) + shape[1:]
+    dtype = np.dtype(draw(st.sampled_from(FLOATS)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.standard_normal(shape) * rng.uniform(0.1, 10) + draw(st.sampled_from([0.0, 5.0]))
+    x = _bn_laid_out(x.astype(dtype), draw(st.sampled_from(["C", "F", "reversed", "every other"])))
+    c = shape[1]
+    params = [None if (d := draw(st.sampled_from([None] + FLOATS))) is None
+              else (rng.uniform(0.5, 2.0, c) if role == "gamma" else rng.standard_normal(c))
+              .astype(d) for role in ("gamma", "beta")]
+    r_dtype = draw(st.sampled_from(([None] if training else []) + FLOATS))
+    running = (None, None)
+    if r_dtype is not None:
+        running = (rng.standard_normal(c).astype(r_dtype),
+                   rng.uniform(0.5, 2.0, c).astype(r_dtype))
+    axis = None if ndim > 2 else draw(st.sampled_from([None, 0, -2]))
+    return dict(x=x, gamma=params[0], beta=params[1], running=running, training=training,
+                momentum=draw(st.sampled_from([0.1, 0.0, 1.0])),
+                eps=draw(st.sampled_from([1e-5, 0.0, 0.5])), axis=axis,
+                out=draw(st.booleans()))
+
+
+def _copies(running):
+    return tuple(None if r is None else r.copy() for r in running)
+
+
+@given(fast_batch_norms())
+def test_fast_batch_norm_is_the_general_path(call):
+    x, gamma, beta = call["x"], call["gamma"], call["beta"]
+    before = [None if a is None else fingerprint(a) for a in (x, gamma, beta)]
+    fast_running, general_running = _copies(call["running"]), _copies(call["running"])
+    out = np.full_like(x, 7) if call["out"] else None
+    axes = (0,) + tuple(range(2, x.ndim))
+    kw = dict(training=call["training"], momentum=call["momentum"], eps=call["eps"])
+    assert_route(TAKEN, fastnorm.batch_norm, x, gamma, beta, *fast_running, axis=call["axis"],
+                 out=out, **kw)
+    assert_route(LEFT, fastnorm.batch_norm, x, gamma, beta, *fast_running, axis=axes, **kw)
+    y = fastpath.batch_norm_call(x, gamma, beta, *fast_running, call["training"],
+                               call["momentum"], call["eps"], call["axis"], out)
+    assert y is not None, "the fast path refused a call it is meant for"
+    assert out is None or y is out
+    assert y.dtype == x.dtype and y.shape == x.shape
+    axes = (0,) + tuple(range(2, x.ndim))
+    general = fastnorm.batch_norm(x, gamma, beta, *general_running, training=call["training"],
+                                  momentum=call["momentum"], eps=call["eps"], axis=axes)
+    assert_bitwise(y, general, "fast y against the general path")
+    for r_fast, r_general in zip(fast_running, general_running):
+        if r_fast is not None:
+            assert_bitwise(r_fast, r_general, "running statistics")
+    assert [None if a is None else fingerprint(a) for a in (x, gamma, beta)] == before
+
+    # Against float64: batch statistics (training) or the running ones.
+    keep = tuple(x.shape[1] if i == 1 else 1 for i in range(x.ndim))
+    g = None if gamma is None else gamma.astype(np.float64).reshape(keep)
+    b = None if beta is None else beta.astype(np.float64).reshape(keep)
+    tol = OUT_TOL[x.dtype]
+    if call["training"]:
+        ref, mean, _, _, _ = ref_layer_norm(x, axes, g, b, eps=call["eps"])
+        if call["running"][0] is not None:
+            xd = x.astype(np.float64)
+            n = x.size // x.shape[1]
+            var = ((xd - mean) ** 2).sum(axis=axes) / n
+            want = ref_running_update(*call["running"], mean.ravel(), var, n, call["momentum"])
+            for got, w in zip(fast_running, want):
+                assert_close(got, w, 4 * OUT_TOL[got.dtype] * (1 + np.abs(w)), "running")
+    else:
+        rm, rv = (r.astype(np.float64).reshape(keep) for r in call["running"])
+        ref = (x.astype(np.float64) - rm) / np.sqrt(rv + call["eps"])
+        ref = ref if g is None else ref * g
+        ref = ref if b is None else ref + b
+    assert_close(y, ref, 4 * tol * (1 + np.abs(ref)), "y")
+
+
+def test_fast_batch_norm_with_threads():
+    # Large enough for the kernels' team: the same bits with 1 and 2 threads.
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 2, 16).astype(np.float32), rng.standard_normal(16)
+    results = []
+    try:
+        for threads in (1, 2):
+            fastnorm.set_num_threads(threads)
+            running = (np.zeros(16, np.float32), np.ones(16, np.float32))
+            y = fastpath.batch_norm_call(x, gamma, beta, *running, True, 0.1, 1e-5, None, None)
+            assert y is not None
+            results.append((y, *running))
+    finally:
+        fastnorm.set_num_threads(None)
+    for a, b in zip(*results):
+        assert_bitwise(a, b, "1 thread against 2")
+
+
+BN_X = np.random.default_rng(7).standard_normal((6, 4, 3)).astype(np.float32)
+
+
+BN_G = np.linspace(0.5, 1.5, 4).astype(np.float32)
+
+
+BN_RM, BN_RV = np.zeros(4, np.float32), np.ones(4, np.float32)
+
+def _bn_in_place():
+    x = BN_X.copy()
+    return dict(x=x, out=x)
+
+
+# Calls the fast path must leave to the general path: changes to (BN_X, BN_G,
+# beta None, BN_RM, BN_RV, training, momentum 0.1, eps 1e-5, axis None, out None).
+BN_GENERAL = [
+    ("a list for x", lambda: dict(x=BN_X.tolist())),
+    ("integer x", lambda: dict(x=np.arange(72).reshape(6, 4, 3))),
+    ("byte-swapped x", lambda: dict(x=BN_X.astype(">f4"))),
+    ("a tuple axis", lambda: dict(axis=(0, 2))),
+    ("channels last", lambda: dict(axis=(0, 1), gamma=np.ones(3), rm=None, rv=None)),
+    ("axis 0 of three dimensions", lambda: dict(axis=0, gamma=None, rm=None, rv=None)),
+    ("a keepdims gamma", lambda: dict(gamma=BN_G.reshape(1, 4, 1))),
+    ("a list gamma", lambda: dict(gamma=BN_G.tolist())),
+    ("byte-swapped running statistics",
+     lambda: dict(rm=BN_RM.astype(">f4"), rv=BN_RV.astype(">f4"))),
+    ("keepdims running statistics", lambda: dict(rm=BN_RM.reshape(1, 4, 1),
+                                                 rv=BN_RV.reshape(1, 4, 1))),
+    ("an integer momentum", lambda: dict(momentum=0)),
+    ("an integer eps", lambda: dict(eps=0)),
+    ("out=x (in place)", _bn_in_place),
+    ("a NumPy bool training", lambda: dict(training=np.bool_(True))),
+    ("an out= whose elements share addresses", lambda: dict(out=_bn_self_overlapping())),
+]
+
+
+BN_ERRORS = [
+    ("x of one dimension", lambda: dict(x=BN_X[:, 0, 0], gamma=None, rm=None, rv=None),
+     ValueError),
+    ("one value per channel", lambda: dict(x=BN_X[:1, :, :1]), ValueError),
+    ("eval without running statistics", lambda: dict(training=False, rm=None, rv=None),
+     ValueError),
+    ("one running buffer for both", lambda: dict(rv="rm"), ValueError),
+    ("running_mean alone", lambda: dict(rv=None), ValueError),
+    ("gamma of the wrong size", lambda: dict(gamma=BN_G[:3]), ValueError),
+    ("a read-only running_var", lambda: dict(rv=_read_only(BN_RV.copy())), ValueError),
+    ("a negative eps", lambda: dict(eps=-1.0), ValueError),
+    ("out of another dtype", lambda: dict(out=np.empty(BN_X.shape, np.float64)), TypeError),
+    ("a NaN momentum", lambda: dict(momentum=float("nan")), ValueError),
+]
+
+
+def _bn_self_overlapping():
+    """A writable view of BN_X's shape in which the batch entries overlap."""
+    base = np.zeros(24, np.float32)
+    return np.lib.stride_tricks.as_strided(base, BN_X.shape, (8, 12, 4))
+
+
+def _read_only(a):
+    a.flags.writeable = False
+    return a
+
+
+def _bn_arguments(change):
+    a = dict(x=BN_X, gamma=BN_G, beta=None, rm=BN_RM.copy(), rv=BN_RV.copy(), training=True,
+             momentum=0.1, eps=1e-5, axis=None, out=None)
+    a.update(change())
+    if isinstance(a["rv"], str):
+        a["rv"] = a["rm"]
+    return a
+
+
+def _fast_refuses(a):
+    return fastpath.batch_norm_call(a["x"], a["gamma"], a["beta"], a["rm"], a["rv"],
+                                  a["training"], a["momentum"], a["eps"], a["axis"],
+                                  a["out"]) is None
+
+
+def _bn_call(a, explain=False):
+    """batch_norm with a's arguments (explain: its route)."""
+    return (fastnorm.explain if explain else lambda f, *args, **kw: f(*args, **kw))(
+        fastnorm.batch_norm, a["x"], a["gamma"], a["beta"], a["rm"], a["rv"],
+        training=a["training"], momentum=a["momentum"], eps=a["eps"], axis=a["axis"], out=a["out"])
+
+@pytest.mark.parametrize("what, change", BN_GENERAL, ids=[c[0] for c in BN_GENERAL])
+def test_other_batch_norm_calls_take_the_general_path(what, change, monkeypatch):
+    assert _fast_refuses(_bn_arguments(change))
+    assert not _bn_call(_bn_arguments(change), explain=True)["fast_path"]
+    got = _bn_arguments(change)
+    y = _bn_call(got)
+    # The same call with the fast path out of the way: the same results.
+    monkeypatch.setattr(fastnorm._simd.kernels, "fast_batch_norm", lambda *args: None)
+    want = _bn_arguments(change)
+    assert_bitwise(y, _bn_call(want), "y")
+    for name in ("rm", "rv"):
+        if got[name] is not None:
+            assert_bitwise(got[name], want[name], name)
+
+
+@pytest.mark.parametrize("what, change, exc", BN_ERRORS, ids=[c[0] for c in BN_ERRORS])
+def test_refused_batch_norm_calls_raise_as_the_general_path(what, change, exc):
+    a = _bn_arguments(change)
+    assert _fast_refuses(a)
+    with pytest.raises(exc):
+        _bn_call(a)
+
+
+def test_dask_batch_norm_takes_the_dask_path():
+    da = pytest.importorskip("dask.array")
+    x = da.from_array(BN_X, chunks=(3, 4, 3))
+    assert fastpath.batch_norm_call(x, BN_G, None, None, None, True, 0.1, 1e-5, None, None) is None
+    y = fastnorm.batch_norm(x, BN_G)
+    assert isinstance(y, da.Array)
+    ref = ref_layer_norm(BN_X, (0, 2), BN_G.astype(np.float64).reshape(1, 4, 1))[0]
+    assert_close(np.asarray(y), ref, 4e-5 * (1 + np.abs(ref)), "y")
