@@ -7,7 +7,6 @@ pass while the slice is in cache; ``dgamma = sum(dy * xhat)`` and ``dbeta =
 sum(dy)`` are summed in the first pass into per-block buffers (no temporary
 the size of the input).
 """
-import math
 
 import numpy as np
 

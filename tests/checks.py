@@ -8,17 +8,11 @@ import numpy as np
 import pytest
 
 import fastnorm
-from reference import (ACC_TOL, OUT_TOL, acc_dtype_of, assert_close,
-                       expand_param, fingerprint, keep_shape, kept_axes, moments, norm_axes,
-                       out_dtype, ref_layer_norm, ref_mean_var, ref_rms_norm, ref_running_update,
-                       stat_dtype, tiny)
+from reference import (OUT_TOL, assert_close, expand_param, fingerprint, keep_shape, kept_axes,
+                       moments, norm_axes, out_dtype, ref_layer_norm, ref_mean_var, ref_rms_norm,
+                       ref_running_update, stat_dtype, tiny, tolerances)
 from strategies import (build_param, build_running, build_x, n_reduced, other_float,
                         placed, wrong_shape)
-
-
-def _tolerances(x_dtype, res_dt):
-    tout = OUT_TOL[np.dtype(res_dt)]
-    return tout, max(ACC_TOL[acc_dtype_of(x_dtype)], tout)
 
 
 def _sentinel_out(shape, dtype, rng):
@@ -121,7 +115,7 @@ def check_mean_var(spec):
 
     rm, rv, spread = ref_mean_var(x, axes, ddof)
     rm, rv, spread = (np.reshape(a, rshape) for a in (rm, rv, spread))
-    tout, tacc = _tolerances(x.dtype, res_dt)
+    tout, tacc = tolerances(x.dtype, res_dt)
     scale = n / max(n - ddof, 1)
     with np.errstate(invalid="ignore", over="ignore"):
         assert_close(m, rm, tout * np.abs(rm) + tacc * spread + tiny(res_dt), "mean")
@@ -262,7 +256,7 @@ def check_layer_norm(spec, kind="layer"):
     if n > 0:
         assert not warned, f"unexpected warning: {warned[0].message}"
 
-    tout, tacc = _tolerances(x.dtype, res_dt)
+    tout, tacc = tolerances(x.dtype, res_dt)
     st_tol = OUT_TOL[sdt]
     gabs = 1.0 if g is None else np.abs(g)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -323,7 +317,7 @@ def check_batch_norm(spec):
     g, b = expand_param(gamma, x.shape, kept), expand_param(beta, x.shape, kept)
     gabs = 1.0 if g is None else np.abs(g)
     babs = 0.0 if b is None else np.abs(b)
-    tout, tacc = _tolerances(x.dtype, res_dt)
+    tout, tacc = tolerances(x.dtype, res_dt)
     xd = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if training:

@@ -38,6 +38,16 @@ def simd_level(request):
         yield request.param
 
 
+CORE = ("mean_var", "layer_norm", "rms_norm", "batch_norm")
+
+
+@pytest.fixture(params=CORE)
+def fn(request):
+    """Each core function, called on x with extra keyword arguments (the
+    tests of axes, dtypes and errors common to all four)."""
+    return getattr(fastnorm, request.param)
+
+
 @pytest.fixture
 def run_python():
     """A function that runs code in a fresh interpreter with extra

@@ -64,6 +64,12 @@ def acc_dtype_of(x_dtype):
     return dt if dt in (F16, F32) else F64
 
 
+def tolerances(x_dtype, res_dt):
+    """(output, accumulation) relative tolerances for x_dtype results of res_dt."""
+    tout = OUT_TOL[np.dtype(res_dt)]
+    return tout, max(ACC_TOL[acc_dtype_of(x_dtype)], tout)
+
+
 def expand_param(p, x_shape, along):
     """A parameter given in the named shape or keepdims layout, as a
     float64 array with x.ndim dims (keepdims layout)."""

@@ -14,27 +14,6 @@ F32 = np.dtype(np.float32)
 X = np.arange(24.0).reshape(2, 3, 4)
 
 
-def _calls():
-    """Each public function, called on x with extra keyword arguments."""
-    return {
-        "mean_var": lambda x, **kw: fastnorm.mean_var(x, **kw),
-        "layer_norm": lambda x, **kw: fastnorm.layer_norm(x, **kw),
-        "rms_norm": lambda x, **kw: fastnorm.rms_norm(x, **kw),
-        "batch_norm": lambda x, **kw: fastnorm.batch_norm(x, **kw),
-    }
-
-
-FUNCS = list(_calls().items())
-
-
-FUNC_IDS = [f[0] for f in FUNCS]
-
-
-@pytest.fixture(params=FUNCS, ids=FUNC_IDS)
-def fn(request):
-    return request.param[1]
-
-
 def test_numpy_integer_axes_are_accepted(fn):
     a = fn(X, axis=(np.int64(0), np.int32(2)))
     b = fn(X, axis=(0, 2))

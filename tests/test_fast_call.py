@@ -375,7 +375,6 @@ def _overlapping_out():
     x = rng.standard_normal((6, 10))
     buf = rng.standard_normal(70)
     shifted = buf[:60].reshape(6, 10), buf[10:].reshape(6, 10)   # x one row on
-    shared = rng.uniform(0.5, 2.0, 70)
     return [
         ("out overlapping x", shifted[0], None, shifted[1]),
         ("a Fortran-order out", x, None, np.asfortranarray(np.empty((6, 10)))),

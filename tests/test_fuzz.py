@@ -40,10 +40,11 @@ from numpy.exceptions import AxisError
 import fastnorm
 from hostile import (BAD_DTYPES, FLOAT_DTYPES, INT_DTYPES, Arena, assert_close_through,
                      make_dtype)
-from reference import (ACC_TOL, F16, F32, F64, OUT_TOL, acc_dtype_of, assert_close,
+from reference import (F16, F32, F64, OUT_TOL, assert_close,
                        expand_param, keep_shape, moments, out_dtype, ref_group_norm,
                        ref_group_norm_grads, ref_layer_norm, ref_norm_grads, ref_rms_norm,
-                       ref_running_update, ref_weight_norm, stat_dtype, tiny)
+                       ref_running_update, ref_weight_norm, stat_dtype, tiny,
+                       tolerances)
 from strategies import make_values
 
 FUZZ_EXAMPLES = int(os.environ.get("FASTNORM_FUZZ_EXAMPLES", "0"))
@@ -335,13 +336,8 @@ class Example:
 # --------------------------------------------------------------------------
 # checking the outcome
 
-def _tolerances(x_dtype, res_dt):
-    tout = OUT_TOL[np.dtype(res_dt)]
-    return tout, max(ACC_TOL[acc_dtype_of(x_dtype)], tout)
-
-
 def _norm_allowed(res_dt, x_dtype, g, b, xhat, rstd, spread):
-    tout, tacc = _tolerances(x_dtype, res_dt)
+    tout, tacc = tolerances(x_dtype, res_dt)
     gabs = 1.0 if g is None else np.abs(g)
     babs = 0.0 if b is None else np.abs(b)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -436,7 +432,7 @@ def fuzz_mean_var(ex):
         _, mean, m2, _, spread = moments(xv, axes)
         with np.errstate(divide="ignore", invalid="ignore"):
             var = m2 / max(n - ddof, 0) if n > 0 else m2
-        tout, tacc = _tolerances(_dtype_of(x), res_dt)
+        tout, tacc = tolerances(_dtype_of(x), res_dt)
         scale = n / max(n - ddof, 1)
         for k, (got, exp, extra) in enumerate(((res[0], mean, spread),
                                                (res[1], var, spread**2 * scale))):
@@ -514,7 +510,7 @@ def fuzz_normalizer(ex):
     def check(res):
         y, stats = (res[0], res[1:]) if return_stats else (res, ())
         assert len(stats) == (n_stats if return_stats else 0)
-        tout, tacc = _tolerances(_dtype_of(x), res_dt)
+        tout, tacc = tolerances(_dtype_of(x), res_dt)
         st_tol = OUT_TOL[sdt]
         with np.errstate(invalid="ignore", over="ignore"):
             if func == "layer_norm":
@@ -644,7 +640,7 @@ def fuzz_batch_norm(ex):
 
     def check(res):
         y, stats = (res[0], res[1:]) if return_stats else (res, ())
-        tout, tacc = _tolerances(_dtype_of(x), res_dt)
+        tout, tacc = tolerances(_dtype_of(x), res_dt)
         st_tol = OUT_TOL[sdt]
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             if training:
@@ -767,7 +763,7 @@ def fuzz_group_norm(ex):
         allowed = _norm_allowed(res_dt, _dtype_of(x), g, b, xhat, rv, spread.reshape(rv.shape))
         _check_array(y, yr, np.reshape(allowed, shape), res_dt, shape, "y", y_out)
         if stats:
-            _, tacc = _tolerances(_dtype_of(x), res_dt)
+            _, tacc = tolerances(_dtype_of(x), res_dt)
             st_tol = OUT_TOL[sdt]
             sp = spread.reshape(sshape)
             with np.errstate(invalid="ignore", over="ignore"):
@@ -813,7 +809,7 @@ def fuzz_weight(ex):
     sdt = stat_dtype(res_dt)
 
     def check(res):
-        tout, tacc = _tolerances(_dtype_of(v), res_dt)
+        tout, tacc = tolerances(_dtype_of(v), res_dt)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             if func == "weight_norm":
                 gk = expand_param(_f64(g), shape, kept)
@@ -876,8 +872,6 @@ def fuzz_backward(ex):
                                                          channel_axis=ch_arg)), \
                 FAULTS[func][fault], None
         nd = len(shape)
-        vshape = shape[:ch] + (groups, shape[ch] // groups) + shape[ch + 1:]
-        vaxes = tuple(i for i in range(1, nd + 1) if i != ch)
         along = (ch,)
     else:
         shape = ex.shape(min_nd=2 if kind == "batch" else 1)

@@ -8,20 +8,9 @@ import pytest
 from hypothesis import given
 
 import fastnorm
-from reference import (ACC_TOL, OUT_TOL, acc_dtype_of, assert_close, fingerprint, group_param,
-                       group_view_shape, out_dtype, ref_layer_norm, stat_dtype, tiny)
-from strategies import arrange, build_param, group_specs, make_values
-
-
-def _tolerances(x_dtype, res_dt):
-    tout = OUT_TOL[np.dtype(res_dt)]
-    return tout, max(ACC_TOL[acc_dtype_of(x_dtype)], tout)
-
-
-def _build(spec, axes, rng):
-    small = out_dtype(np.dtype(spec["dtype"])) == np.float16
-    v = make_values(rng, spec["shape"], spec["dtype"], spec["values"], axes, small)
-    return arrange(v, spec["layout"], rng)
+from reference import (OUT_TOL, assert_close, fingerprint, group_param, group_view_shape,
+                       out_dtype, ref_layer_norm, stat_dtype, tiny, tolerances)
+from strategies import build_param, build_x, group_specs
 
 
 def check_group_norm(spec, instance=False):
@@ -30,7 +19,7 @@ def check_group_norm(spec, instance=False):
     nd = len(shape)
     ch = spec["channel_axis"] % nd
     groups = shape[ch] if instance else spec["num_groups"]
-    x = _build(spec, tuple(range(1, nd)), rng)
+    x = build_x(spec, tuple(range(1, nd)), rng)
     gamma = build_param(spec["gamma"], shape, (ch,), rng, "gamma")
     beta = build_param(spec["beta"], shape, (ch,), rng, "beta")
     fps = [fingerprint(a) if isinstance(a, np.ndarray) else None for a in (x, gamma, beta)]
@@ -58,7 +47,7 @@ def check_group_norm(spec, instance=False):
     g = group_param(gamma, shape, groups, ch)
     b = group_param(beta, shape, groups, ch)
     yr, mr, rr, xhat, spread = ref_layer_norm(np.asarray(x).reshape(vshape), axes, g, b, eps)
-    tout, tacc = _tolerances(x.dtype, res_dt)
+    tout, tacc = tolerances(x.dtype, res_dt)
     gabs = 1.0 if g is None else np.abs(g)
     babs = 0.0 if b is None else np.abs(b)
     allowed = tout * (gabs * np.abs(xhat) + babs) + tacc * gabs * rr * spread + tiny(res_dt)

@@ -7,21 +7,9 @@ import pytest
 from hypothesis import given
 
 import fastnorm
-from reference import (ACC_TOL, OUT_TOL, acc_dtype_of, assert_close, expand_param,
-                       fingerprint, norm_axes, out_dtype, ref_layer_norm, ref_weight_norm,
-                       stat_dtype, tiny)
-from strategies import arrange, build_param, make_values, weight_specs
-
-
-def _tolerances(x_dtype, res_dt):
-    tout = OUT_TOL[np.dtype(res_dt)]
-    return tout, max(ACC_TOL[acc_dtype_of(x_dtype)], tout)
-
-
-def _build(spec, axes, rng):
-    small = out_dtype(np.dtype(spec["dtype"])) == np.float16
-    v = make_values(rng, spec["shape"], spec["dtype"], spec["values"], axes, small)
-    return arrange(v, spec["layout"], rng)
+from reference import (OUT_TOL, assert_close, expand_param, fingerprint, norm_axes, out_dtype,
+                       ref_layer_norm, ref_weight_norm, stat_dtype, tiny, tolerances)
+from strategies import build_param, build_x, weight_specs
 
 
 def _weight_axes(axis, nd):
@@ -34,7 +22,7 @@ def test_weight_norm_matches_reference(spec):
     nd = len(spec["shape"])
     axes = _weight_axes(spec["axis"], nd)
     kept = tuple(i for i in range(nd) if i not in axes)
-    v = _build(spec, axes, rng)
+    v = build_x(spec, axes, rng)
     g = build_param(spec["g"], v.shape, kept, rng, "gamma")
     fps = (fingerprint(v), fingerprint(g) if g is not None else None)
     w, norm = fastnorm.weight_norm(v, g, axis=spec["axis"], return_norm=True)
@@ -46,7 +34,7 @@ def test_weight_norm_matches_reference(spec):
     assert norm.shape == kshape and norm.dtype == sdt, (norm.shape, norm.dtype)
     gk = expand_param(g, v.shape, kept)
     wr, nr = ref_weight_norm(v, axes, gk)
-    tout, tacc = _tolerances(v.dtype, res_dt)
+    tout, tacc = tolerances(v.dtype, res_dt)
     gabs = 1.0 if gk is None else np.abs(gk)
     with np.errstate(invalid="ignore"):
         assert_close(w, wr, (tout + tacc) * gabs * np.abs(wr / (1 if gk is None else gk))
@@ -92,14 +80,14 @@ def test_weight_standardize_matches_reference(spec):
     rng = np.random.default_rng(spec["seed"])
     nd = len(spec["shape"])
     axes = _weight_axes(spec["axis"], nd)
-    w = _build(spec, axes, rng)
+    w = build_x(spec, axes, rng)
     fp = fingerprint(w)
     y = fastnorm.weight_standardize(w, axis=spec["axis"], eps=spec["eps"])
     assert fingerprint(w) == fp
     res_dt = out_dtype(w.dtype)
     assert y.shape == w.shape and y.dtype == res_dt
     yr, _, rr, xhat, spread = ref_layer_norm(w, axes, eps=spec["eps"])
-    tout, tacc = _tolerances(w.dtype, res_dt)
+    tout, tacc = tolerances(w.dtype, res_dt)
     assert_close(y, yr, tout * np.abs(xhat) + tacc * rr * spread + tiny(res_dt), "w_hat")
 
 

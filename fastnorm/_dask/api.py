@@ -27,12 +27,12 @@ import numpy as np
 from .. import _api, _family
 from . import tasks
 from .._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
-                    result_dtypes, running_stat)
+                     result_dtypes, running_stat)
 from .args import aligned, lazy_input, no_out
 from .graph import (channel_param, field, given_normalize, lazy_param, merged_states, meta,
-                          normalized, per_chunk, rstd_of, slice_stats, stat_out, whole_slices)
+                    normalized, per_chunk, rstd_of, slice_stats, stat_out, whole_slices)
 from .grad import (batch_norm_backward, group_norm_backward,  # noqa: F401
-                         layer_norm_backward, rms_norm_backward)
+                   layer_norm_backward, rms_norm_backward)
 from .._family import Groups
 from .._running import update_running
 
