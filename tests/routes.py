@@ -1,7 +1,14 @@
 """The route a call takes, in fastnorm.explain's words, for the tests that
 aim at one: a test that means to reach a way through the kernels says so,
 and fails when a change to the planner moves its call elsewhere."""
+import numpy as np
+
 import fastnorm
+from fastnorm import _simd
+
+# Calls on x up to this many bytes split their work statically, larger
+# ones guided or dynamic: tests take either side.
+SAME_SPLIT = _simd.kernels.same_split_bytes
 
 
 def route(func, *args, **kwargs):
@@ -24,3 +31,14 @@ def schedule(func, *args, **kwargs):
     """'pattern/schedule' of the call, e.g. 'slices/rows'."""
     r = route(func, *args, **kwargs)
     return f"{r['pattern']}/{r['schedule']}"
+
+
+def rows_x(rows, cols, dtype, seed=0):
+    """C-ordered rows of values around 3."""
+    rng = np.random.default_rng(seed)
+    return (3.0 + rng.standard_normal((rows, cols)) * 2).astype(dtype)
+
+
+def rows_for(nbytes, cols, dtype):
+    """Rows of `cols` values that take just over nbytes."""
+    return nbytes // (cols * np.dtype(dtype).itemsize) + 1

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import fastnorm
-from fastnorm import _simd
 from reference import assert_bitwise
+from routes import SAME_SPLIT, rows_for, rows_x
 
 N_THREADS = 8
 
@@ -359,25 +359,14 @@ def test_calls_in_a_forked_child_run_and_match_the_parent(run_python):
 # --------------------------------------------------------------------------
 # either side of the static split at once
 
-SAME_SPLIT = _simd.kernels.same_split_bytes
-
-
-def _rows_x(rows, cols, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    return (3.0 + rng.standard_normal((rows, cols)) * 2).astype(dtype)
-
-
-def _rows_for(nbytes, cols, dtype):
-    """Rows of `cols` values that take just over nbytes."""
-    return nbytes // (cols * np.dtype(dtype).itemsize) + 1
 
 
 def test_concurrent_calls_on_either_side_of_the_split():
     """Threads calling on small arrays (static split) and one calling on
     large ones (shared out as threads come free), at once: each sets its own
     schedule, and every result is the one each call gives alone."""
-    small = _rows_x(64, 1024, np.float32, seed=1)
-    large = _rows_x(_rows_for(SAME_SPLIT, 1024, np.float32), 1024, np.float32, seed=2)
+    small = rows_x(64, 1024, np.float32, seed=1)
+    large = rows_x(rows_for(SAME_SPLIT, 1024, np.float32), 1024, np.float32, seed=2)
     want = {id(a): fastnorm.layer_norm(a) for a in (small, large)}
     errors = []
 

@@ -11,9 +11,8 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import fastnorm
-from fastnorm import _simd
 from reference import assert_bitwise
-from routes import route
+from routes import SAME_SPLIT, route, rows_for, rows_x
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
@@ -81,17 +80,6 @@ def test_threadpoolctl_limit_gives_the_same_bits():
 # --------------------------------------------------------------------------
 # either way of sharing the work
 
-SAME_SPLIT = _simd.kernels.same_split_bytes
-
-
-def _rows_x(rows, cols, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    return (3.0 + rng.standard_normal((rows, cols)) * 2).astype(dtype)
-
-
-def _rows_for(nbytes, cols, dtype):
-    """Rows of `cols` values that take just over nbytes."""
-    return nbytes // (cols * np.dtype(dtype).itemsize) + 1
 
 
 # (name, columns, axis): rows (slices), columns (COLUMNS pattern), and an
@@ -122,7 +110,7 @@ def _schedule_results(x, axis):
 def test_either_schedule_gives_the_bits_of_one_thread(layout, side, dtype):
     _, cols, axis = layout
     nbytes = SAME_SPLIT // 2 if side == "same split" else SAME_SPLIT
-    x = _rows_x(_rows_for(nbytes, cols, dtype), cols, dtype)
+    x = rows_x(rows_for(nbytes, cols, dtype), cols, dtype)
     assert (x.nbytes <= SAME_SPLIT) == (side == "same split")
     try:
         fastnorm.set_num_threads(1)
