@@ -17,6 +17,7 @@ def mean_var(
     keepdims: bool = False,
     dtype: DTypeLike | None = None,
     out: tuple[NDArray[np.floating] | None, NDArray[np.floating] | None] | None = None,
+    where: ArrayLike | None = None,
 ) -> tuple[_Array | np.floating, _Array | np.floating]: ...
 @overload
 def layer_norm(
@@ -29,6 +30,7 @@ def layer_norm(
     out: _Out = None,
     dtype: DTypeLike | None = None,
     return_stats: Literal[False] = False,
+    where: ArrayLike | None = None,
 ) -> _Array: ...
 @overload
 def layer_norm(
@@ -41,6 +43,7 @@ def layer_norm(
     out: _Out = None,
     dtype: DTypeLike | None = None,
     return_stats: Literal[True],
+    where: ArrayLike | None = None,
 ) -> tuple[_Array, _Array, _Array]: ...
 @overload
 def rms_norm(
@@ -52,6 +55,7 @@ def rms_norm(
     out: _Out = None,
     dtype: DTypeLike | None = None,
     return_stats: Literal[False] = False,
+    where: ArrayLike | None = None,
 ) -> _Array: ...
 @overload
 def rms_norm(
@@ -63,6 +67,7 @@ def rms_norm(
     out: _Out = None,
     dtype: DTypeLike | None = None,
     return_stats: Literal[True],
+    where: ArrayLike | None = None,
 ) -> tuple[_Array, _Array]: ...
 @overload
 def batch_norm(
@@ -79,6 +84,7 @@ def batch_norm(
     out: _Out = None,
     dtype: DTypeLike | None = None,
     return_stats: Literal[False] = False,
+    where: ArrayLike | None = None,
 ) -> _Array: ...
 @overload
 def batch_norm(
@@ -95,6 +101,7 @@ def batch_norm(
     out: _Out = None,
     dtype: DTypeLike | None = None,
     return_stats: Literal[True],
+    where: ArrayLike | None = None,
 ) -> tuple[_Array, _Array, _Array]: ...
 @overload
 def group_norm(

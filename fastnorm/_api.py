@@ -8,9 +8,10 @@ from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps,
                     check_training, keepdims_shape, param, result_dtypes, running_stat,
                     split_out)
 from . import _simd
-from ._call import deliver, forward, normalize
+from ._call import forward, normalize
 from ._running import running_rstd, update_running
 from ._lazy import any_dask, via_dask
+from ._where import Input, Selection, as_where
 
 __all__ = ["mean_var", "layer_norm", "rms_norm", "batch_norm"]
 
@@ -18,7 +19,7 @@ _CENTER = _simd.kernels.MODES["center"]
 _RMS = _simd.kernels.MODES["rms"]
 
 
-def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
+def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, where=None):
     """Mean and variance in one pass.
 
     Welford updates within blocks (float16/float32 runs: sums shifted by a
@@ -43,12 +44,20 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     out : tuple of two ndarrays, optional
         Arrays for (mean, var), of the result's shape and dtype.  Not with
         Dask arrays (TypeError).
+    where : array_like of bool, optional
+        Elements to include, broadcast to x (``np.var``'s ``where=``): each
+        slice's statistics are over its selected values, ``n`` is their
+        number.  A slice with none gives NaN with a RuntimeWarning.
 
     Returns
     -------
     mean, var : ndarray or scalar
         Shapes and dtypes as ``np.mean`` / ``np.var`` with the same
         arguments.  An empty reduction gives NaN with a RuntimeWarning.
+        A masked array gives masked arrays, statistics over its unmasked
+        values, masked where a slice has none (as ``np.ma.mean`` /
+        ``np.ma.var``); an ndarray subclass comes back through its
+        ``__array_wrap__``, as from ``np.mean``.
 
     Examples
     --------
@@ -60,13 +69,16 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
     >>> v
     array([1.25, 1.25, 1.25])
     """
-    fast = _simd.kernels.fast_mean_var(x, axis, ddof, keepdims, dtype, out)
-    if fast is not None:
-        return fast
-    if any_dask(x):
+    if where is None:
+        fast = _simd.kernels.fast_mean_var(x, axis, ddof, keepdims, dtype, out)
+        if fast is not None:
+            return fast
+    if any_dask(x, where):
         return via_dask(mean_var, locals())
-    x = as_input(x)
+    inp = Input(x, where)
+    x = as_input(inp.data)
     axes = axes_tuple(axis, x.ndim)
+    where = as_where(inp.where, x.shape)
     res_dtype, _ = result_dtypes(x.dtype, dtype)
     shape = keepdims_shape(x.shape, axes)
     if not keepdims:
@@ -79,21 +91,27 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
                 check_out(o, name, shape, res_dtype)
     else:
         out = (None, None)
-    n = math.prod(x.shape[i] for i in axes)
-    s0, m2, _ = forward(x, axes, "stats")
-    if n - ddof > 0:
-        var = np.divide(m2, n - ddof, out=m2)     # m2 is ours: no second array
+    if where is None:
+        n = math.prod(x.shape[i] for i in axes)
+        s0, m2, _ = forward(x, axes, "stats")
+    else:
+        n = np.empty(keepdims_shape(x.shape, axes))
+        s0, m2, _ = forward(x, axes, "stats", where=where, count=n)
+    dof = np.maximum(n - ddof, 0)
+    if np.all(dof > 0):
+        var = np.divide(m2, dof, out=m2)     # m2 is ours: no second array
     else:
         if x.size > 0:
             warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
         with np.errstate(divide="ignore", invalid="ignore"):
-            var = m2 / 0
+            var = np.divide(m2, dof, out=m2)
+    empty = None if where is None or not inp.masked else (n == 0).reshape(shape)
     results = []
     for stat, o in zip((s0, var), out):
         stat = stat.reshape(shape)
         if o is None:
             r = stat.astype(res_dtype, copy=False)
-            results.append(r[()] if r.ndim == 0 else r)
+            results.append(inp.wrap(r[()] if r.ndim == 0 else r, empty))
         else:
             np.copyto(o, stat, casting="unsafe")
             results.append(o)
@@ -101,7 +119,7 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None):
 
 
 def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
-               dtype=None, return_stats=False):
+               dtype=None, return_stats=False, where=None):
     """Layer normalization: ``(x - mean) * rstd * gamma + beta``.
 
     Statistics (mean and biased variance) are taken over ``axis`` for each
@@ -130,6 +148,14 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     return_stats : bool, optional
         Also return ``mean`` and ``rstd`` in keepdims layout, float32 for
         float16/float32 results and float64 for float64.
+    where : array_like of bool, optional
+        Elements to include, broadcast to x: each slice's statistics are
+        over its selected values, and y is written at the selected positions
+        alone: with ``out=`` the others keep their old values (as NumPy's
+        ufuncs do), a fresh y holds 0 there.  A slice with none selected is
+        an empty reduction (NaN statistics, RuntimeWarning).  A masked
+        array x selects its unmasked values, and y comes back masked where
+        x is (or where= is false).
 
     Returns
     -------
@@ -145,26 +171,28 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     array([[-1.2247,  0.    ,  1.2247],
            [-0.7071, -0.7071,  1.4142]])
     """
-    y = _simd.kernels.fast_norm(_CENTER, x, gamma, beta, axis, eps, out, dtype, return_stats)
-    if y is not None:
-        return y
-    if any_dask(x, gamma, beta):
+    if where is None:
+        y = _simd.kernels.fast_norm(_CENTER, x, gamma, beta, axis, eps, out, dtype,
+                                    return_stats)
+        if y is not None:
+            return y
+    if any_dask(x, gamma, beta, where):
         return via_dask(layer_norm, locals())
-    x = as_input(x)
+    inp = Input(x, where)
+    x = as_input(inp.data)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
     gamma = param(gamma, "gamma", x.shape, axes)
     beta = param(beta, "beta", x.shape, axes)
+    sel = Selection(inp, x, axes)
     y, (mean, rstd, _), sdt, outs = normalize(
         x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-        n_stats=2 if return_stats else 0, want_stats=return_stats)
-    if not return_stats:
-        return y
-    return y, deliver(mean, sdt, outs[0], "out[1]"), deliver(rstd, sdt, outs[1], "out[2]")
+        n_stats=2 if return_stats else 0, want_stats=return_stats, **sel.kernel_args())
+    return sel.results(y, out, return_stats and (mean, rstd), sdt, outs)
 
 
 def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
-             return_stats=False):
+             return_stats=False, where=None):
     """RMS normalization: ``x * rstd * gamma`` with ``rstd = 1/sqrt(mean(x**2) + eps)``.
 
     Parameters
@@ -185,6 +213,14 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     return_stats : bool, optional
         Also return ``rstd`` in keepdims layout (float32 for float16/float32
         results, float64 for float64).
+    where : array_like of bool, optional
+        Elements to include, broadcast to x: each slice's statistics are
+        over its selected values, and y is written at the selected positions
+        alone: with ``out=`` the others keep their old values (as NumPy's
+        ufuncs do), a fresh y holds 0 there.  A slice with none selected is
+        an empty reduction (NaN statistics, RuntimeWarning).  A masked
+        array x selects its unmasked values, and y comes back masked where
+        x is (or where= is false).
 
     Returns
     -------
@@ -197,26 +233,27 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
     array([0.8485, 1.1314])
     """
-    y = _simd.kernels.fast_norm(_RMS, x, gamma, None, axis, eps, out, dtype, return_stats)
-    if y is not None:
-        return y
-    if any_dask(x, gamma):
+    if where is None:
+        y = _simd.kernels.fast_norm(_RMS, x, gamma, None, axis, eps, out, dtype, return_stats)
+        if y is not None:
+            return y
+    if any_dask(x, gamma, where):
         return via_dask(rms_norm, locals())
-    x = as_input(x)
+    inp = Input(x, where)
+    x = as_input(inp.data)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
     gamma = param(gamma, "gamma", x.shape, axes)
+    sel = Selection(inp, x, axes)
     y, (_, rstd, _), sdt, outs = normalize(
         x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
-        n_stats=1 if return_stats else 0, want_stats=return_stats)
-    if not return_stats:
-        return y
-    return y, deliver(rstd, sdt, outs[0], "out[1]")
+        n_stats=1 if return_stats else 0, want_stats=return_stats, **sel.kernel_args())
+    return sel.results(y, out, return_stats and (rstd,), sdt, outs)
 
 
 def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
                training=True, momentum=0.1, eps=1e-5, axis=None, out=None,
-               dtype=None, return_stats=False):
+               dtype=None, return_stats=False, where=None):
     """Batch normalization, training (batch statistics) or eval (running ones).
 
     Parameters
@@ -231,7 +268,9 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         ``training=True`` they are updated **in place** (both or neither):
         ``r_mean = (1 - momentum) * r_mean + momentum * mean`` and
         ``r_var = (1 - momentum) * r_var + momentum * var * n / (n - 1)``,
-        n the number of values per feature (PyTorch's convention).  With
+        n the number of values per feature (PyTorch's convention; with
+        ``where=``, the selected ones).  An empty batch (n == 0) leaves them
+        as they were; so does a feature with no selected value.  With
         ``training=False`` they are required and used to normalize.  With a
         Dask x, training computes the batch statistics during the call (one
         pass over x) and updates these NumPy arrays before returning; y is
@@ -253,7 +292,16 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     dtype : dtype, optional
         Output dtype; default x's float dtype.
     return_stats : bool, optional
-        Also return the ``mean`` and ``rstd`` used, in keepdims layout.
+        Also return the ``mean`` and ``rstd`` used, in keepdims layout (an
+        empty batch: NaN, an empty reduction, with a RuntimeWarning).
+    where : array_like of bool, optional
+        Elements to include, broadcast to x (``(N, T, 1)`` for padded
+        sequences of shape ``(N, T, C)`` with ``axis=(0, 1)``): each
+        feature's statistics, and the running statistics' update, are over
+        its selected values; y is written at the selected positions alone
+        (with ``out=`` the others keep their old values, a fresh y holds 0
+        there).  A masked array x selects its unmasked values, and y comes
+        back masked where x is (or where= is false).
 
     Returns
     -------
@@ -263,8 +311,9 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     Raises
     ------
     ValueError
-        Training with one value per feature (n == 1), eval without running
-        statistics, or parameters of the wrong shape.
+        Training with one value per feature (n == 1; with ``where=``, one
+        selected value in some feature), eval without running statistics,
+        parameters of the wrong shape, or a negative eps.
 
     Examples
     --------
@@ -277,13 +326,15 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     >>> rm, rv
     (array([0.2, 2. ]), array([ 1.1, 20.9]))
     """
-    y = _simd.kernels.fast_batch_norm(x, gamma, beta, running_mean, running_var, training,
+    if where is None:
+        y = _simd.kernels.fast_batch_norm(x, gamma, beta, running_mean, running_var, training,
                                           momentum, eps, axis, out, dtype, return_stats)
-    if y is not None:
-        return y
-    if any_dask(x, gamma, beta, running_mean, running_var):
+        if y is not None:
+            return y
+    if any_dask(x, gamma, beta, running_mean, running_var, where):
         return via_dask(batch_norm, locals())
-    x = as_input(x)
+    inp = Input(x, where)
+    x = as_input(inp.data)
     axes = batch_axes(axis, x.ndim)
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     eps = check_eps(eps)
@@ -302,11 +353,13 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         mean = np.array(param(running_mean, "running_mean", x.shape, kept), order="C")
         var = param(running_var, "running_var", x.shape, kept)
         rstd = running_rstd(var, eps)
+        sel = Selection(inp, x, axes)
         y, (mean, rstd, _), sdt, outs = normalize(
             x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-            n_stats=n_stats, given=(mean, rstd))
+            n_stats=n_stats, given=(mean, rstd), **sel.kernel_args())
     else:
-        n, momentum = check_training(x.shape, axes, momentum)
+        sel = Selection(inp, x, axes)
+        n, momentum = check_training(x.shape, axes, momentum, sel.where)
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
             rv_view = running_stat(running_var, "running_var", x.shape, kept)
@@ -317,9 +370,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
                            + [(f"out[{i}]" if i else "out", o) for i, o in enumerate(outs)])
         y, (mean, rstd, var), sdt, outs = normalize(
             x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-            n_stats=n_stats, want_var=running_mean is not None)
-        if running_mean is not None:
-            update_running(rm_view, rv_view, mean, var, momentum, n)
-    if not return_stats:
-        return y
-    return y, deliver(mean, sdt, outs[0], "out[1]"), deliver(rstd, sdt, outs[1], "out[2]")
+            n_stats=n_stats, want_var=running_mean is not None, **sel.kernel_args())
+        if running_mean is not None and x.size > 0:
+            update_running(rm_view, rv_view, mean, var, momentum,
+                           n if sel.count is None else sel.count)
+    return sel.results(y, out, return_stats and (mean, rstd), sdt, outs)

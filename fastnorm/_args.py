@@ -135,13 +135,20 @@ def check_eps(eps):
     return e
 
 
-def check_training(x_shape, axes, momentum):
+def check_training(x_shape, axes, momentum, where=None):
     """batch_norm training's checks: (n, momentum), n the number of values
-    per feature (more than one), momentum a finite float."""
+    per feature (not one; none is an empty batch), momentum a finite float.
+    With a where= mask (as_where's bytes), no feature may have exactly one
+    selected value."""
     n = math.prod(x_shape[i] for i in axes)
-    if n <= 1:
+    if n == 1:
         raise ValueError(f"batch_norm training needs more than one value per feature, "
                          f"got n={n} (x.shape={tuple(x_shape)}, reduced axes {axes})")
+    if where is not None and n > 1:
+        counts = np.count_nonzero(where.view(np.bool_), axis=axes)
+        if np.any(counts == 1):
+            raise ValueError("batch_norm training needs more than one selected value per "
+                             "feature; where= selects one value of some feature")
     try:
         m = float(momentum)
     except (TypeError, ValueError) as e:

@@ -15,18 +15,21 @@ from ._config import team_size
 
 
 def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
-                 given=None, want_var=False, want_stats=True, fresh=False):
+                 given=None, want_var=False, want_stats=True, fresh=False,
+                 where=None, count=None):
     """Run the kernel once; return its per-slice float64 statistics in
     keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
     'center', (mean of squares, rstd) for 'rms', the given pair for 'given'.
     want_stats=False (with y, modes 'center' and 'rms'): the caller keeps y
     alone, and the statistics may come back as None.  fresh: y was just
     allocated (the kernels write fresh pages in the order they fault
-    cheapest)."""
+    cheapest).  where: the selection (as_where's bytes), with count, a
+    float64 array in keepdims layout for each slice's number of selected
+    values; y is written at the selected positions alone."""
     shape = keepdims_shape(x.shape, axes)
     if given is not None:
         s0, s1 = given
-    elif want_stats or want_var or x.size == 0:
+    elif want_stats or want_var or x.size == 0 or where is not None:
         s0, s1 = np.empty(shape), np.empty(shape)
     else:
         # Not even allocated: one statistic per slice is an eighth of x's
@@ -35,6 +38,8 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     s2 = np.empty(shape) if want_var else None
     if x.size == 0:
         # Nothing to read; a slice with no values has undefined statistics.
+        if count is not None:
+            count.fill(0.0)
         if given is None and math.prod(shape) > 0:
             warn_empty()
             for s in (s0, s1, s2):
@@ -43,10 +48,23 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
         return s0, s1, s2
     k = _simd.kernels
     mask, m, threads = reduced_mask(axes, x.ndim), k.MODES[mode], team_size()
+    if where is not None:
+        args = (x, where, y, gamma, beta, s0, s1, s2, count, mask, m, eps, threads)
+        if _explain.explaining and _explain.active():
+            _explain.kernel(k.masked_forward(*args, explain=True))
+        k.masked_forward(*args)
+        if given is None and (count == 0).any():
+            warn_empty()
+        return s0, s1, s2
     if _explain.explaining and _explain.active():
         _explain.kernel(k.explain_forward(x, y, gamma, beta, s0, s1, s2, mask, m, threads, fresh))
     k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh)
     return s0, s1, s2
+
+
+def fortran(x):
+    """Whether x is laid out in Fortran order and not C order."""
+    return x.flags.f_contiguous and not x.flags.c_contiguous
 
 
 def deliver(stat, dtype, out, name):
@@ -60,10 +78,12 @@ def deliver(stat, dtype, out, name):
 
 
 def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
-              given=None, want_var=False, want_stats=True):
+              given=None, want_var=False, want_stats=True, where=None, count=None):
     """Shared body of the normalizers: y plus the statistics in the dtype
     the caller gets them in (n_stats of them are delivered through out;
-    want_stats=False: y alone is used, the statistics may be None)."""
+    want_stats=False: y alone is used, the statistics may be None).
+    where, count: as forward's; a fresh y holds 0 outside the selection,
+    an out= its old values."""
     out_dtype, stat_dtype = result_dtypes(x.dtype, dtype)
     outs = split_out(out, 1 + n_stats)
     # Every out= is checked before anything is written.
@@ -72,7 +92,11 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
     for i, o in enumerate(outs[1:], start=1):
         if o is not None:
             check_out(o, f"out[{i}]", keepdims_shape(x.shape, axes), stat_dtype)
-    y, final = writable_target(outs[0], x, out_dtype)
+    if where is not None and outs[0] is None:
+        # Zeroed pages from the allocator: no pass of its own.
+        y, final = np.zeros(x.shape, out_dtype, order="F" if fortran(x) else "C"), None
+    else:
+        y, final = writable_target(outs[0], x, out_dtype)
     # Inputs that share memory with y (running statistics in eval mode
     # included) are read from copies: y is written while they are read.  A
     # fresh y shares memory with nothing.
@@ -81,9 +105,10 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
         if given is not None:
             given = tuple(detach(s, y) for s in given)
     stats = forward(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y, given=given,
-                    want_var=want_var, want_stats=want_stats, fresh=y is not outs[0])
+                    want_var=want_var, want_stats=want_stats, fresh=y is not outs[0],
+                    where=where, count=count)
     if final is not None:
-        np.copyto(final, y)
+        np.copyto(final, y, where=True if where is None else where.view(np.bool_))
         y = final
     return y, stats, stat_dtype, outs[1:]
 

@@ -15,14 +15,25 @@ def update_running(rm, rv, mean, var, momentum, n):
     array is float32 arithmetic, and r_mean * (1 - momentum) cancelling
     against momentum * mean would keep float32's error of the larger term.
     Contiguous float32 and float64 buffers go through one C loop with the
-    same roundings (kernels.update_running); others through NumPy."""
-    unbias = n / (n - 1)
-    if _simd.kernels.update_running(rm, rv, mean, var, momentum, unbias):
-        return
+    same roundings (kernels.update_running); others through NumPy.  n may
+    be an array of per-feature counts (where=): features with none keep
+    their running statistics."""
+    keep = True
+    if np.ndim(n) == 0:
+        unbias = n / (n - 1)
+        if _simd.kernels.update_running(rm, rv, mean, var, momentum, unbias):
+            return
+    else:
+        keep = n > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            unbias = n / (n - 1)
     old_mean = np.asarray(rm, dtype=np.float64)
     old_var = np.asarray(rv, dtype=np.float64)
-    np.copyto(rm, (1.0 - momentum) * old_mean + momentum * mean, casting="unsafe")
-    np.copyto(rv, (1.0 - momentum) * old_var + momentum * var * unbias, casting="unsafe")
+    with np.errstate(invalid="ignore"):
+        np.copyto(rm, (1.0 - momentum) * old_mean + momentum * mean, casting="unsafe",
+                  where=keep)
+        np.copyto(rv, (1.0 - momentum) * old_var + momentum * var * unbias, casting="unsafe",
+                  where=keep)
 
 
 def running_rstd(var, eps):

@@ -25,6 +25,7 @@ cnp.import_array()
 
 include "forward.pxi"
 include "backward.pxi"
+include "masked.pxi"
 include "params.pxi"
 include "fastcall.pxi"
 
@@ -62,7 +63,7 @@ images_inner_min = IMAGES_INNER_MIN
 same_split_bytes = SAME_SPLIT_BYTES
 
 PATTERNS = ("slices", "images", "columns")
-WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles")
+WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "masked")
 
 
 cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s1, s2,
@@ -155,6 +156,42 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     cdef Route R
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
     return route_dict(&R, &L)
+
+
+def masked_forward(cnp.ndarray x, cnp.ndarray where, y, gamma, beta, s0, s1, s2, count,
+                   tuple reduced, int mode, double eps, int nthreads, bint explain=False):
+    """A forward call over the values where `where` is nonzero (forward's
+    arguments, plus where: bytes (bool), x.ndim dimensions each x's size or
+    1, and count: a float64 statistics array for each slice's number of
+    selected values).  y is written at the selected positions alone.
+    explain: return the route as a dict instead of running it."""
+    cdef Layout L
+    cdef Route R
+    cdef int rc, in_code = type_code(x), out_code = in_code
+    cdef bint has_y = y is not None
+    if cnp.PyArray_ITEMSIZE(where) != 1 or where.ndim != x.ndim:
+        raise ValueError("fastnorm: the mask is one byte an element, of x's dimensions")
+    if s0 is None or s1 is None or count is None:
+        raise ValueError("fastnorm: statistics arrays are needed here")
+    make_layout(&L, x, (y, gamma, beta, s0, s1, s2), reduced, count, where)
+    if gamma is None:
+        L.base[OP_G] = <char*>&fn_one
+    if beta is None:
+        L.base[OP_B] = <char*>&fn_zero_value
+    if has_y:
+        out_code = type_code(y)
+    route_masked(&R, &L, nthreads, y.nbytes if has_y else 0)
+    if explain:
+        return route_dict(&R, &L)
+    with nogil:
+        if in_code == 0:
+            rc = masked_run_in(&L, R.threads, mode, eps, has_y, out_code, <half_t*>NULL)
+        elif in_code == 1:
+            rc = masked_run_in(&L, R.threads, mode, eps, has_y, out_code, <float*>NULL)
+        else:
+            rc = masked_run_in(&L, R.threads, mode, eps, has_y, out_code, <double*>NULL)
+    if rc != 0:
+        raise MemoryError("fastnorm: could not allocate scratch memory")
 
 
 cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarray x, dx,

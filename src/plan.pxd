@@ -82,6 +82,8 @@ cdef extern from "tuning.h":
         G32_MAX "FN_G32_MAX"
         FOLD_CHUNK "FN_FOLD_CHUNK"
         STREAM_MIN_BYTES "FN_STREAM_MIN_BYTES"
+        MASK_BLOCK "FN_MASK_BLOCK"
+        MASK_TILE "FN_MASK_TILE"
 
 cdef extern from "simd.h" nogil:
     void fn_set_schedule(int same_split, int guided)
@@ -108,12 +110,14 @@ cdef enum:
 
 cdef enum:
     MAX_DIMS = 64
-    N_OPS = 5
+    N_OPS = 6
     OP_X = 0      # input
     OP_Y = 1      # output
     OP_G = 2      # gamma (float64)
     OP_B = 3      # beta (float64)
-    OP_S = 4      # per-slice statistics (two float64 arrays, same strides)
+    OP_S = 4      # per-slice statistics (float64 arrays, same strides)
+    OP_M = 5      # where= mask (bytes, nonzero: selected); absent for unmasked calls
+    N_STATS = 4   # statistics arrays on OP_S: three of a call's, then a count
 
 
 cdef struct Axis:
@@ -123,7 +127,7 @@ cdef struct Axis:
 
 cdef struct Layout:
     char* base[N_OPS]
-    char* stat[3]              # per-slice statistics arrays sharing the
+    char* stat[N_STATS]        # per-slice statistics arrays sharing the
                                # OP_S strides (base[OP_S] == stat[0]); NULL if absent
     int n_kept
     int n_red
@@ -193,10 +197,17 @@ cdef inline bint _chains(const Axis* outer, const Axis* inner) noexcept:
     return True
 
 
-cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) except -1:
+cdef inline object operand(tuple ops, object mask, int k):
+    """Operand k (OP_Y .. OP_M) of make_layout's arguments."""
+    return mask if k == OP_M else ops[k - 1]
+
+
+cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced,
+                            count=None, mask=None) except -1:
     """Fill L for x and ops = (y, gamma, beta, s0, s1, s2), any of them None
-    (s1 with s0: no statistics written).  Every operand but x has x.ndim
-    dimensions, each equal to x's or 1; s1 and s2 have the strides of s0."""
+    (s1 with s0: no statistics written), a per-slice count (masked calls)
+    and a where= mask.  Every operand but x has x.ndim dimensions, each
+    equal to x's or 1; s1, s2 and count have the strides of s0."""
     cdef Axis dims[MAX_DIMS]
     cdef bint red[MAX_DIMS]
     cdef Axis tmp_axis
@@ -207,10 +218,10 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
     cdef object o
     L.base[OP_X] = <char*>cnp.PyArray_DATA(x)
     for k in range(1, N_OPS):
-        o = ops[k - 1]
+        o = operand(ops, mask, k)
         L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
-    for k in range(3):
-        o = ops[3 + k]
+    for k in range(N_STATS):
+        o = count if k == 3 else ops[3 + k]
         L.stat[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
 
     for ax in range(nd):
@@ -220,7 +231,7 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
         dims[n].size = size
         dims[n].stride[OP_X] = x.strides[ax]
         for k in range(1, N_OPS):
-            o = ops[k - 1]
+            o = operand(ops, mask, k)
             if o is None:
                 dims[n].stride[k] = 0
             else:
@@ -237,7 +248,7 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced) 
                 if L.base[k] != NULL:
                     L.base[k] += (dims[i].size - 1) * dims[i].stride[k]
                 if k == OP_S:
-                    for j in range(1, 3):
+                    for j in range(1, N_STATS):
                         if L.stat[j] != NULL:
                             L.stat[j] += (dims[i].size - 1) * dims[i].stride[k]
                 dims[i].stride[k] = -dims[i].stride[k]
@@ -357,7 +368,7 @@ cdef inline void layout_piece(const Layout* L, Layout* sub, int a, Py_ssize_t st
     for k in range(N_OPS):
         if L.base[k] != NULL:
             sub.base[k] = L.base[k] + start * L.kept[a].stride[k]
-    for k in range(3):
+    for k in range(N_STATS):
         if L.stat[k] != NULL:
             sub.stat[k] = L.stat[k] + start * L.kept[a].stride[OP_S]
     if size == 1 and a != L.n_kept - 1:
@@ -396,6 +407,7 @@ cdef enum:
     WAY_IMAGES = 4    # statistics image block by image block, output image by image
     WAY_CHANNELS = 5  # runs of a few values: columns of the (outer, channels x inner) matrix
     WAY_TILES = 6     # tiles of columns times blocks of rows
+    WAY_MASKED = 7    # where=: each slice (or tile of columns) alone (masked.pxi)
 
 
 cdef struct Route:
@@ -495,6 +507,14 @@ cdef inline void route_init(Route* R, const Layout* L, int nthreads, bint fresh,
     R.row_max = R.batch = R.inner = 0
     R.fresh = fresh
     R.out_bytes = out_bytes
+
+
+cdef inline void route_masked(Route* R, const Layout* L, int nthreads,
+                              Py_ssize_t out_bytes) noexcept nogil:
+    """A where= call: its own schedule on either pattern (masked.pxi)."""
+    route_init(R, L, nthreads, False, out_bytes)
+    R.pattern = COLUMNS if L.columns else SLICES
+    R.way = WAY_MASKED
 
 
 cdef inline Py_ssize_t code_size(int t) noexcept nogil:

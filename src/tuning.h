@@ -38,6 +38,12 @@
 /* Values per Welford block along a run: the work item when a few long
  * slices are split across threads. */
 #define FN_CHUNK 4096
+/* Selected values per shifted-sums block of a masked (where=) slice: the
+ * sums cancel at most log2(33) = 5 bits, the block costs one division. */
+#define FN_MASK_BLOCK 32
+/* Columns a masked COLUMNS item walks: their states (72 bytes a column)
+ * stay in L1 beside the rows being read. */
+#define FN_MASK_TILE 256
 /* Rows of float16/float32 column sums before they go into moments: a
  * segment's rounding grows with its length squared. */
 #define FN_SUM_ROWS 4096

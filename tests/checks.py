@@ -307,11 +307,24 @@ def check_batch_norm(spec):
     kw = dict(training=training, momentum=momentum, eps=eps, axis=axis, dtype=dtype,
               return_stats=spec["return_stats"])
     fps = _fingerprints(x, gamma, beta)
-    if training and n <= 1 or not training and rm is None:
+    if training and n == 1 or not training and rm is None:
         # n == 1 has no batch variance; eval needs running statistics.
         with pytest.raises(ValueError):
             fastnorm.batch_norm(x, gamma, beta, rm, rv, **kw)
         assert _fingerprints(x, gamma, beta) == fps
+        return
+    if training and n == 0:
+        # An empty batch: zero-size y, empty-reduction statistics, the
+        # running statistics as they were.
+        run_fp = _fingerprints(rm, rv)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            res = fastnorm.batch_norm(x, gamma, beta, rm, rv, **kw)
+        y = res[0] if spec["return_stats"] else res
+        assert y.shape == x.shape and y.size == 0
+        if spec["return_stats"]:
+            assert all(s.shape == sshape and np.isnan(s).all() for s in res[1:])
+        assert _fingerprints(rm, rv) == run_fp, "an empty batch changed the running statistics"
         return
 
     g, b = expand_param(gamma, x.shape, kept), expand_param(beta, x.shape, kept)

@@ -91,14 +91,29 @@ def test_batch_norm_eval_on_an_empty_batch():
     assert y.shape == (0, 3)
 
 
-def test_batch_norm_training_on_an_empty_batch():
-    # The contract names n == 1; for n == 0 either a ValueError (no batch
-    # variance) or an empty result is reasonable, but nothing else.
-    try:
-        y = fastnorm.batch_norm(np.empty((0, 3)), axis=0)
-    except ValueError:
-        return
-    assert y.shape == (0, 3)
+@pytest.mark.parametrize("shape, axis", [((0, 3), 0), ((0, 5, 9), None), ((4, 0, 2, 2), 0)])
+def test_batch_norm_training_on_an_empty_batch(shape, axis):
+    # As PyTorch: a zero-size y, the running statistics as they were; the
+    # statistics are an empty reduction's (NaN, with NumPy's warning).
+    x = np.empty(shape)
+    kept = shape[1:] if axis == 0 else (shape[1],)
+    rm, rv = np.full(kept, 0.5), np.full(kept, 2.0)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        y, mean, rstd = fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=axis,
+                                            return_stats=True)
+    assert y.shape == shape
+    assert [str(w.message) for w in warned] == (["Mean of empty slice"] if rm.size else [])
+    assert np.isnan(mean).all() and np.isnan(rstd).all()
+    assert (rm == 0.5).all() and (rv == 2.0).all()
+    dx, dg, db = fastnorm.batch_norm_backward(y, x, mean, rstd, axis=axis)
+    assert dx.shape == shape and dg.shape == db.shape == rm.shape
+    assert not dg.any() and not db.any()
+
+
+def test_batch_norm_training_refuses_one_value_a_feature():
+    with pytest.raises(ValueError, match="more than one value"):
+        fastnorm.batch_norm(np.ones((1, 3)), axis=0)
 
 
 def test_gradients_of_empty_inputs():

@@ -28,7 +28,7 @@ from .. import _api, _family
 from . import tasks
 from .._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
                      result_dtypes, running_stat)
-from .args import aligned, lazy_input, no_out
+from .args import aligned, lazy_input, no_out, no_where
 from .graph import (channel_param, field, given_normalize, lazy_param, merged_states, meta,
                     normalized, per_chunk, rstd_of, slice_stats, stat_out, whole_slices)
 from .grad import (batch_norm_backward, group_norm_backward,  # noqa: F401
@@ -40,7 +40,8 @@ from .._running import update_running
 # --------------------------------------------------------------------------
 # mean_var, layer_norm, rms_norm, batch_norm
 
-def mean_var(x, axis, ddof, keepdims, dtype, out):
+def mean_var(x, axis, ddof, keepdims, dtype, out, where=None):
+    no_where(where)
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     res_dtype, _ = result_dtypes(x.dtype, dtype)
@@ -57,7 +58,8 @@ def mean_var(x, axis, ddof, keepdims, dtype, out):
     return results
 
 
-def layer_norm(x, gamma, beta, axis, eps, out, dtype, return_stats):
+def layer_norm(x, gamma, beta, axis, eps, out, dtype, return_stats, where=None):
+    no_where(where)
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
@@ -74,7 +76,8 @@ def layer_norm(x, gamma, beta, axis, eps, out, dtype, return_stats):
     return y, stat_out(mean, x.dtype, dtype), stat_out(rstd, x.dtype, dtype)
 
 
-def rms_norm(x, gamma, axis, eps, out, dtype, return_stats):
+def rms_norm(x, gamma, axis, eps, out, dtype, return_stats, where=None):
+    no_where(where)
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
@@ -98,7 +101,7 @@ def _running_update(running_mean, running_var, x, kept, momentum, n, mean, var):
 
 
 def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,
-               out, dtype, return_stats):
+               out, dtype, return_stats, where=None):
     """Batch norm on a Dask array.  In training with running statistics (NumPy
     arrays, updated in place) the batch statistics are computed at once, on
     the active scheduler, one pass over x; the running statistics are
@@ -107,6 +110,7 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
     never recomputing them).  A lazy update could not work on a cluster:
     the tasks run in other processes, which cannot write the caller's
     arrays.  Without running statistics, and in eval, nothing is computed."""
+    no_where(where)
     x = lazy_input(x)
     axes = batch_axes(axis, x.ndim)
     kept = tuple(i for i in range(x.ndim) if i not in axes)

@@ -67,3 +67,8 @@ def lazy_array(value, check, x):
     if value is None:
         return None
     return aligned(conformed(value, check(stand_in(value))), x)
+
+
+def no_where(where):
+    if where is not None:
+        raise NotImplementedError("where= with Dask arrays is not supported yet")

@@ -1,0 +1,219 @@
+# The masked schedule (where=): statistics over the selected values of each
+# slice and the output at the selected positions alone, in the layout's own
+# order (plan.pxd), x read once for the statistics and once for the output,
+# nothing copied.  SLICES walk each slice's runs; COLUMNS walk a tile of
+# columns row by row, each column with its own state.
+#
+# The selected values of a slice come in any pattern, so lanes cannot share
+# one count: a slice's values (x - pivot, the pivot as in moments.pxd) go
+# into shifted sums of MASK_BLOCK selected values (a subtraction and an FMA a
+# value, no division), each block folded into the slice's moments with
+# chan.  A block's sums cancel at most log2(MASK_BLOCK + 1) bits (see
+# moments.pxd).  Every slice is computed alone, in a fixed order: the thread
+# count changes no bit.
+
+cdef struct Block:
+    double c        # the block's first value: the sums are of x - c
+    double s1
+    double s2
+    double k        # values in the block
+
+
+cdef struct MaskedState:
+    # One slice (or column) of a masked walk.
+    Block b
+    Moments acc
+    double pivot
+    bint started    # the pivot is taken (the first selected value)
+
+
+cdef inline void state_init(MaskedState* s) noexcept nogil:
+    s.b.k = 0.0
+    s.b.s1 = 0.0
+    s.b.s2 = 0.0
+    s.acc = moments_empty()
+    s.pivot = 0.0
+    s.started = False
+
+
+cdef inline void block_flush(MaskedState* s) noexcept nogil:
+    cdef Moments m
+    if s.b.k == 0.0:
+        return
+    m.n = s.b.k
+    m.mean = s.b.c + s.b.s1 / s.b.k
+    m.m2 = max(s.b.s2 - s.b.s1 * s.b.s1 / s.b.k, 0.0)
+    if s.b.s2 != s.b.s2:
+        m.m2 = s.b.s2       # a NaN or inf value: NaN moments, as arithmetic says
+    moments_merge(&s.acc, &m)
+    s.b.k = 0.0
+    s.b.s1 = 0.0
+    s.b.s2 = 0.0
+
+
+cdef inline void state_add(MaskedState* s, double v, in_t* ki) noexcept nogil:
+    """One selected value into its slice's state."""
+    cdef double u, d
+    if not s.started:
+        s.pivot = pick_pivot(v, ki)
+        s.started = True
+    u = v - s.pivot
+    if s.b.k == 0.0:
+        s.b.c = u
+    d = u - s.b.c
+    s.b.s1 += d
+    s.b.s2 += d * d
+    s.b.k += 1.0
+    if s.b.k == MASK_BLOCK:
+        block_flush(s)
+
+
+cdef inline Coef state_finish(MaskedState* s, int mode, double eps, const Layout* L,
+                              Py_ssize_t off) noexcept nogil:
+    """A slice's statistics (with its count) written at byte offset off of
+    the stat arrays, and its coefficients.  A slice with no selected value
+    is an empty reduction: NaN statistics, and no position to write."""
+    block_flush(s)
+    if s.acc.n == 0.0:
+        s.acc.mean = NAN
+        s.acc.m2 = NAN
+    if L.stat[3] != NULL:
+        (<double*>(L.stat[3] + off))[0] = s.acc.n
+    if mode == MODE_GIVEN:
+        return given(L, off)
+    return finish(s.acc, s.pivot, mode, eps, L, off)
+
+
+cdef inline void masked_out(char* y, double v, Coef c, double g, double b,
+                            out_t* ko) noexcept nogil:
+    """One selected output: ((x - mean) * scale) * g + b, the mean in two
+    parts as the double output pass takes it (coefs.pxd)."""
+    cdef double m, k2, k0
+    affine_d(c, 1.0, 0.0, &m, &k2, &k0)
+    sstore(y, ((v - m) * k2 + k0) * g + b, ko)
+
+
+cdef void masked_slice(const Layout* L, Py_ssize_t si, int mode, double eps, bint has_y,
+                       in_t* ki, out_t* ko) noexcept nogil:
+    """SLICES: slice si's statistics, then its selected outputs."""
+    cdef Odometer s, r
+    cdef MaskedState st
+    cdef Coef c
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Py_ssize_t n_runs = L.slice_len // inner.size, ri, j
+    cdef const char* px
+    cdef const char* pm
+    cdef const char* pg
+    cdef const char* pb
+    cdef char* py
+    cdef int phase
+    odo_init(&s, L.kept, L.n_kept, si)
+    state_init(&st)
+    for phase in range(2 if has_y else 1):
+        odo_init(&r, L.red, L.n_red - 1, 0)
+        for ri in range(n_runs):
+            px = L.base[OP_X] + s.off[OP_X] + r.off[OP_X]
+            pm = L.base[OP_M] + s.off[OP_M] + r.off[OP_M]
+            if phase == 0:
+                for j in range(inner.size if mode != MODE_GIVEN else 0):
+                    if pm[j * inner.stride[OP_M]]:
+                        state_add(&st, sload(px + j * inner.stride[OP_X], ki), ki)
+            else:
+                py = L.base[OP_Y] + s.off[OP_Y] + r.off[OP_Y]
+                pg = L.base[OP_G] + s.off[OP_G] + r.off[OP_G]
+                pb = L.base[OP_B] + s.off[OP_B] + r.off[OP_B]
+                for j in range(inner.size):
+                    if pm[j * inner.stride[OP_M]]:
+                        masked_out(py + j * inner.stride[OP_Y],
+                                   sload(px + j * inner.stride[OP_X], ki), c,
+                                   (<const double*>(pg + j * inner.stride[OP_G]))[0],
+                                   (<const double*>(pb + j * inner.stride[OP_B]))[0], ko)
+            odo_next(&r, L.red, L.n_red - 1)
+        if phase == 0:
+            c = state_finish(&st, mode, eps, L, s.off[OP_S])
+
+
+cdef int masked_columns(const Layout* L, Py_ssize_t item, int mode, double eps, bint has_y,
+                        in_t* ki, out_t* ko) noexcept nogil:
+    """COLUMNS: one tile of MASK_TILE columns of one outer slice, every row
+    of the reduced axes for the statistics, then again for the output."""
+    cdef const Axis* col = &L.kept[L.n_kept - 1]
+    cdef Py_ssize_t n_tiles = (col.size + MASK_TILE - 1) // MASK_TILE
+    cdef Py_ssize_t c0 = (item % n_tiles) * MASK_TILE
+    cdef Py_ssize_t width = min(<Py_ssize_t>MASK_TILE, col.size - c0), ri, j
+    cdef MaskedState* st = <MaskedState*>fn_malloc(width * sizeof(MaskedState))
+    cdef Coef* coef = <Coef*>fn_malloc(width * sizeof(Coef))
+    cdef Odometer o, r
+    cdef const char* px
+    cdef const char* pm
+    cdef const char* pg
+    cdef const char* pb
+    cdef char* py
+    cdef int phase, k
+    cdef Py_ssize_t base[N_OPS]
+    if st == NULL or coef == NULL:
+        fn_free(st)
+        fn_free(coef)
+        return -1
+    odo_init(&o, L.kept, L.n_kept - 1, item // n_tiles)
+    for k in range(N_OPS):
+        base[k] = o.off[k] + c0 * col.stride[k]
+    for j in range(width):
+        state_init(&st[j])
+    for phase in range(2 if has_y else 1):
+        odo_init(&r, L.red, L.n_red, 0)
+        for ri in range(L.slice_len):
+            px = L.base[OP_X] + base[OP_X] + r.off[OP_X]
+            pm = L.base[OP_M] + base[OP_M] + r.off[OP_M]
+            if phase == 0:
+                for j in range(width if mode != MODE_GIVEN else 0):
+                    if pm[j * col.stride[OP_M]]:
+                        state_add(&st[j], sload(px + j * col.stride[OP_X], ki), ki)
+            else:
+                py = L.base[OP_Y] + base[OP_Y] + r.off[OP_Y]
+                pg = L.base[OP_G] + base[OP_G] + r.off[OP_G]
+                pb = L.base[OP_B] + base[OP_B] + r.off[OP_B]
+                for j in range(width):
+                    if pm[j * col.stride[OP_M]]:
+                        masked_out(py + j * col.stride[OP_Y],
+                                   sload(px + j * col.stride[OP_X], ki), coef[j],
+                                   (<const double*>(pg + j * col.stride[OP_G]))[0],
+                                   (<const double*>(pb + j * col.stride[OP_B]))[0], ko)
+            odo_next(&r, L.red, L.n_red)
+        if phase == 0:
+            for j in range(width):
+                coef[j] = state_finish(&st[j], mode, eps, L, base[OP_S] + j * col.stride[OP_S])
+    fn_free(st)
+    fn_free(coef)
+    return 0
+
+
+cdef Py_ssize_t masked_items(const Layout* L) noexcept nogil:
+    """Work items of a masked call: slices, or tiles of columns."""
+    cdef Py_ssize_t cols
+    if not L.columns:
+        return L.n_slices
+    cols = L.kept[L.n_kept - 1].size
+    return L.n_slices // cols * ((cols + MASK_TILE - 1) // MASK_TILE)
+
+
+cdef int masked_run(const Layout* L, int nthreads, int mode, double eps, bint has_y,
+                        in_t* ki, out_t* ko) noexcept nogil:
+    cdef Py_ssize_t item, n_items = masked_items(L)
+    cdef int failed = 0
+    if not L.columns:
+        for item in prange(n_items, num_threads=nthreads, schedule="guided"):
+            masked_slice(L, item, mode, eps, has_y, ki, ko)
+        return 0
+    for item in prange(n_items, num_threads=nthreads, schedule="dynamic", chunksize=1):
+        failed += masked_columns(L, item, mode, eps, has_y, ki, ko) != 0
+    return -1 if failed else 0
+
+
+cdef int masked_run_in(const Layout* L, int nthreads, int mode, double eps, bint has_y,
+                           int out_code, in_t* ki) noexcept nogil:
+    if out_code == 0:
+        return masked_run(L, nthreads, mode, eps, has_y, ki, <half_t*>NULL)
+    if out_code == 1:
+        return masked_run(L, nthreads, mode, eps, has_y, ki, <float*>NULL)
+    return masked_run(L, nthreads, mode, eps, has_y, ki, <double*>NULL)
