@@ -32,6 +32,7 @@ def as_input(x, name="x"):
     """
     if type(x) is np.ndarray and x.dtype in _NATIVE_FLOATS and x.flags.aligned:
         return x  # the common case, decided without the checks below
+    refuse_lossy(x, name)
     a = np.asarray(x)
     dt = a.dtype
     if dt.kind in "iub":
@@ -49,6 +50,33 @@ def as_input(x, name="x"):
     elif not isinstance(x, np.ndarray):
         copied(f"{name}: {type(x).__name__} converted to an ndarray")
     return a
+
+
+def refuse_lossy(x, name):
+    """TypeError for an input that np.asarray would strip of its meaning: a
+    masked array with masked values (where= functions take those apart
+    first), an ndarray subclass that takes over NumPy's ufuncs or functions
+    (units), or a duck array that implements NumPy's functions itself
+    (__array_function__: units, labelled axes, device memory).  Array-likes
+    that only convert (lists, pandas' containers) are converted."""
+    if isinstance(x, np.ma.MaskedArray):
+        if np.ma.getmask(x) is not np.ma.nomask and np.ma.getmask(x).any():
+            raise TypeError(f"{name} is a masked array with masked values; this function "
+                            "does not take masks (fill them, or compress the data, first)")
+        return
+    t = type(x)
+    if t is np.ndarray:
+        return
+    if isinstance(x, np.ndarray):
+        own = (t.__array_function__ is not np.ndarray.__array_function__
+               or t.__array_ufunc__ is not np.ndarray.__array_ufunc__)
+    else:
+        own = hasattr(t, "__array_function__")
+    if own:
+        raise TypeError(f"{name}: {t.__module__}.{t.__qualname__} defines its own NumPy "
+                        "semantics (a unit, a mask, coordinates or device memory) that "
+                        "converting it would drop; convert it yourself (np.asarray) if "
+                        "that is what you want")
 
 
 def result_dtypes(x_dtype, dtype):

@@ -3,7 +3,7 @@ masked arrays, ndarray subclasses, and the array-likes refused because
 converting them would drop what they carry."""
 import numpy as np
 
-from ._args import keepdims_shape
+from ._args import keepdims_shape, refuse_lossy
 from ._call import deliver
 
 __all__ = ["Input", "Selection", "as_where", "wrap_like"]
@@ -29,26 +29,6 @@ def as_where(where, shape):
     return w.view(np.uint8)
 
 
-def _refused(x):
-    """Why x cannot be converted to an ndarray without losing meaning, or
-    None.  Duck arrays with their own NumPy protocol (units, coordinates,
-    device memory) and ndarray subclasses that take over NumPy's functions
-    are refused; masked arrays are honoured by the caller."""
-    t = type(x)
-    if t is np.ndarray or isinstance(x, np.ma.MaskedArray):
-        return None
-    if isinstance(x, np.ndarray):
-        own = (t.__array_function__ is not np.ndarray.__array_function__
-               or t.__array_ufunc__ is not np.ndarray.__array_ufunc__)
-    else:
-        own = hasattr(t, "__array_function__") or hasattr(t, "__array_ufunc__")
-    if not own:
-        return None
-    return (f"{t.__module__}.{t.__qualname__} defines its own NumPy semantics "
-            "(a unit, a mask, coordinates or device memory) that converting it "
-            "would drop; convert it yourself (np.asarray) if that is what you want")
-
-
 class Input:
     """An input's data, its selection and how results go back.
 
@@ -61,9 +41,8 @@ class Input:
     __slots__ = ("data", "where", "masked", "like")
 
     def __init__(self, x, where, name="x"):
-        why = _refused(x)
-        if why is not None:
-            raise TypeError(f"{name}: {why}")
+        if not isinstance(x, np.ma.MaskedArray):
+            refuse_lossy(x, name)
         self.masked = isinstance(x, np.ma.MaskedArray)
         self.like = None
         if self.masked:

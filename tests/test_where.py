@@ -1,0 +1,260 @@
+"""where= on mean_var and the normalizers: statistics over the selected
+values, outputs at the selected positions, against a float64 reference that
+takes each slice's selected values one slice at a time."""
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import fastnorm
+from reference import (OUT_TOL, assert_bitwise, assert_close, expand_param, keep_shape,
+                       kept_axes, norm_axes, out_dtype, stat_dtype, tiny, tolerances)
+from strategies import LAYOUTS, arrange, axis_args, make_values, shapes
+
+
+def slices_of(a, axes):
+    """a's values as (slices, values of a slice), the kept axes first."""
+    kept = kept_axes(a.ndim, axes)
+    moved = np.moveaxis(a, kept + tuple(axes), tuple(range(a.ndim)))
+    n_kept = int(np.prod([a.shape[i] for i in kept]))
+    return moved.reshape(n_kept, int(np.prod([a.shape[i] for i in axes])))
+
+
+def masked_moments(x, axes, where):
+    """Per slice over its selected values, keepdims layout, float64: count,
+    mean, m2 and spread (max - min); an empty slice has NaN mean and m2."""
+    xs = slices_of(np.asarray(x, dtype=np.float64), axes)
+    ws = slices_of(np.broadcast_to(where, x.shape), axes)
+    stats = np.zeros((4, xs.shape[0]))
+    for i, (v, w) in enumerate(zip(xs, ws)):
+        v = v[w]
+        if v.size == 0:
+            stats[:, i] = (0, np.nan, np.nan, 0)
+            continue
+        d = v - v[0]                       # shifted by a value: exact for constants
+        md = d.mean()
+        md += (d - md).mean()
+        stats[:, i] = (v.size, v[0] + md, ((d - md) ** 2).sum(), v.max() - v.min())
+    return tuple(s.reshape(keep_shape(x.shape, axes)) for s in stats)
+
+
+@st.composite
+def where_specs(draw):
+    shape = draw(shapes(1, 4))
+    ndim = len(shape)
+    return dict(
+        shape=shape,
+        axis=draw(axis_args(ndim, allow_none=True)),
+        dtype=draw(st.sampled_from(["float16", "float32", "float64"])),
+        layout=draw(st.sampled_from(LAYOUTS)),
+        values=draw(st.sampled_from(["normal", "ints", "offset", "const_slices"])),
+        # which axes the mask varies along (the rest broadcast)
+        mask_axes=draw(st.lists(st.booleans(), min_size=ndim, max_size=ndim)),
+        density=draw(st.sampled_from([0.0, 0.3, 0.7, 1.0])),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+def build(spec):
+    rng = np.random.default_rng(spec["seed"])
+    axes = norm_axes(spec["axis"], len(spec["shape"]))
+    x = arrange(make_values(rng, spec["shape"], spec["dtype"], spec["values"], axes,
+                            small=spec["dtype"] == "float16"), spec["layout"], rng)
+    mshape = tuple(s if m else 1 for s, m in zip(spec["shape"], spec["mask_axes"]))
+    where = rng.random(mshape) < spec["density"]
+    return x, axes, where
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=where_specs(), ddof=st.sampled_from([0, 1]), keepdims=st.booleans())
+def test_mean_var_where_matches_numpy(spec, ddof, keepdims):
+    x, axes, where = build(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, var = fastnorm.mean_var(x, spec["axis"], ddof=ddof, keepdims=keepdims, where=where)
+        # NumPy decides the shapes and which results are NaN or inf ...
+        np_m = np.mean(x.astype(np.float64), spec["axis"], keepdims=keepdims, where=where)
+        np_v = np.var(x.astype(np.float64), spec["axis"], keepdims=keepdims, where=where,
+                      ddof=ddof)
+    # ... the exact reference the values.
+    n, want_m, m2, spread = (a.reshape(np.shape(np_m)) for a in masked_moments(x, axes, where))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want_v = m2 / np.maximum(n - ddof, 0)
+    assert np.array_equal(np.isnan(want_v), np.isnan(np_v))
+    assert np.array_equal(np.isinf(want_v), np.isinf(np_v))
+    res = out_dtype(x.dtype)
+    assert np.shape(mean) == np.shape(np_m) and np.asarray(mean).dtype == res
+    tout, tacc = tolerances(x.dtype, res)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert_close(mean, want_m, tout * np.abs(want_m) + tacc * spread + tiny(res), "mean")
+        assert_close(var, want_v, tout * np.abs(want_v) + tacc * spread**2 * n + tiny(res),
+                     "var")
+
+
+def reference_y(x, axes, where, kind, g, b, eps):
+    n, mean, m2, spread = masked_moments(x, axes, where)
+    xd = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if kind == "rms":
+            ms = m2 / n + mean**2
+            rstd = 1 / np.sqrt(ms + eps)
+            xhat = xd * rstd
+        else:
+            rstd = 1 / np.sqrt(m2 / n + eps)
+            xhat = (xd - mean) * rstd
+    y = xhat * (1.0 if g is None else g) + (0.0 if b is None else b)
+    return y, mean, rstd, xhat, spread
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=where_specs(), kind=st.sampled_from(["layer", "rms", "batch"]),
+       params=st.booleans(), into=st.sampled_from(["fresh", "out"]))
+def test_normalizers_where_match_reference(spec, kind, params, into):
+    x, axes, where = build(spec)
+    if kind == "batch":
+        if x.ndim < 2:
+            return
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+    rng = np.random.default_rng(spec["seed"] + 1)
+    along = axes if kind != "batch" else kept_axes(x.ndim, axes)
+    pshape = tuple(x.shape[i] if i in along else 1 for i in range(x.ndim))
+    g = rng.standard_normal(pshape) if params else None
+    b = rng.standard_normal(pshape) if params and kind != "rms" else None
+    res = out_dtype(x.dtype)
+    old = np.full(x.shape, 7, res)
+    out = old.copy() if into == "out" else None
+    kw = dict(eps=1e-3, out=out, return_stats=True, where=where)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if kind == "layer":
+            y, *stats = fastnorm.layer_norm(x, g, b, axis=axes, **kw)
+        elif kind == "rms":
+            y, *stats = fastnorm.rms_norm(x, g, axis=axes, **kw)
+        else:
+            counts = np.count_nonzero(np.broadcast_to(where, x.shape), axis=axes)
+            if (counts == 1).any() or np.prod([x.shape[a] for a in axes]) == 1:
+                with pytest.raises(ValueError, match="more than one"):
+                    fastnorm.batch_norm(x, g, b, axis=axes, **kw)
+                return
+            y, *stats = fastnorm.batch_norm(x, g, b, axis=axes, **kw)
+    yr, mean, rstd, xhat, spread = reference_y(x, axes, where, kind, g, b, 1e-3)
+    if into == "out":
+        assert y is out
+    sel = np.broadcast_to(where, x.shape)
+    # Outside the selection: out= keeps its values, a fresh y holds 0.
+    assert (y[~sel] == (7 if into == "out" else 0)).all()
+    tout, tacc = tolerances(x.dtype, res)
+    gabs = 1.0 if g is None else np.abs(g)
+    allowed = (tout * (gabs * np.abs(xhat) + (0 if b is None else np.abs(b)))
+               + tacc * gabs * rstd * spread + tiny(res))
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert_close(np.where(sel, y, 0), np.where(sel, yr, 0), np.where(sel, allowed, 0), "y")
+        sdt = stat_dtype(res)
+        assert_close(stats[-1], rstd, rstd * (OUT_TOL[sdt] + tacc * spread**2 * rstd**2)
+                     + tiny(sdt), "rstd")
+        if kind != "rms":
+            assert_close(stats[0], mean, OUT_TOL[sdt] * np.abs(mean) + tacc * spread + tiny(sdt),
+                         "mean")
+
+
+def test_all_true_where_is_the_unmasked_call():
+    x = np.random.default_rng(0).standard_normal((33, 65)).astype(np.float32)
+    for axis in (0, 1):
+        assert_bitwise(fastnorm.layer_norm(x, axis=axis, where=np.ones(x.shape, bool)) * 0,
+                       fastnorm.layer_norm(x, axis=axis) * 0)
+        m, v = fastnorm.mean_var(x, axis, where=True)
+        m0, v0 = fastnorm.mean_var(x, axis)
+        assert_bitwise(m, m0)
+        assert_bitwise(v, v0)
+
+
+def test_padded_sequences_batch_norm():
+    # (N, T, C) with sequences of different lengths: the padding takes no
+    # part in the statistics or the running statistics, and is not written.
+    rng = np.random.default_rng(3)
+    lengths = np.array([9, 2, 5, 7])
+    x = rng.standard_normal((4, 9, 6)) * 3 + 1
+    x[np.arange(9)[None, :] >= lengths[:, None]] = 1e6   # padding
+    mask = (np.arange(9)[None, :] < lengths[:, None])[:, :, None]
+    rm, rv = np.zeros(6), np.ones(6)
+    y, mean, rstd = fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=(0, 1),
+                                        where=mask, return_stats=True)
+    real = np.concatenate([x[i, :n] for i, n in enumerate(lengths)])
+    n = len(real)
+    assert_close(mean.ravel(), real.mean(0), 1e-12)
+    assert_close(rstd.ravel(), 1 / np.sqrt(real.var(0) + 1e-5), 1e-12)
+    assert_close(rm, 0.1 * real.mean(0), 1e-12)
+    assert_close(rv, 0.9 + 0.1 * real.var(0) * n / (n - 1), 1e-12)
+    assert (y[~np.broadcast_to(mask, x.shape)] == 0).all()
+    # Eval with the same mask writes the real steps alone.
+    out = np.full_like(x, -1.0)
+    fastnorm.batch_norm(x, running_mean=rm, running_var=rv, training=False, axis=(0, 1),
+                        where=mask, out=out)
+    full = fastnorm.batch_norm(x, running_mean=rm, running_var=rv, training=False, axis=(0, 1))
+    sel = np.broadcast_to(mask, x.shape)
+    assert_bitwise(out[sel], full[sel])
+    assert (out[~sel] == -1).all()
+
+
+def test_a_feature_with_nothing_selected_keeps_its_running_statistics():
+    x = np.random.default_rng(4).standard_normal((8, 3))
+    where = np.array([True, True, False])
+    rm, rv = np.full(3, 0.5), np.full(3, 2.0)
+    with pytest.warns(RuntimeWarning, match="empty slice"):
+        fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0, where=where)
+    assert rm[2] == 0.5 and rv[2] == 2.0
+    assert rm[0] != 0.5 and rv[0] != 2.0
+
+
+def test_a_fully_masked_slice_is_an_empty_reduction():
+    x = np.arange(12.0).reshape(3, 4)
+    where = np.array([[True] * 4, [False] * 4, [True, False, True, False]])
+    with pytest.warns(RuntimeWarning, match="empty slice"):
+        m, v = fastnorm.mean_var(x, 1, where=where)
+    assert np.isnan(m[1]) and np.isnan(v[1])
+    assert_close(m[[0, 2]], [1.5, 9.0], 0)
+    with pytest.warns(RuntimeWarning, match="empty slice"):
+        y, mean, rstd = fastnorm.layer_norm(x, where=where, return_stats=True)
+    assert np.isnan(mean[1]).all() and (y[1] == 0).all()
+
+
+@pytest.mark.parametrize("shape, axis, mshape", [((300, 700), 0, (300, 1)),
+                                                 ((64, 3000), 1, (64, 3000)),
+                                                 ((8, 16, 40, 40), (0, 2, 3), (8, 1, 40, 40))])
+def test_where_gives_the_same_bits_on_any_thread_count(shape, axis, mshape):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    where = rng.random(mshape) < 0.6
+    runs = []
+    for t in (1, 2, 3):
+        fastnorm.set_num_threads(t)
+        try:
+            runs.append(fastnorm.layer_norm(x, axis=axis, where=where, return_stats=True))
+        finally:
+            fastnorm.set_num_threads(None)
+    for r in runs[1:]:
+        for a, b in zip(r, runs[0]):
+            assert_bitwise(a, b)
+
+
+@pytest.mark.parametrize("where, exc, match", [
+    (np.ones((4, 5), int), TypeError, "boolean"),
+    (np.ones((3, 5), bool), ValueError, "broadcast"),
+    (np.ones((1, 4, 5), bool), ValueError, "more dimensions"),
+])
+@pytest.mark.parametrize("func", [lambda x, w: fastnorm.mean_var(x, 0, where=w),
+                                  lambda x, w: fastnorm.layer_norm(x, where=w),
+                                  lambda x, w: fastnorm.rms_norm(x, where=w),
+                                  lambda x, w: fastnorm.batch_norm(x, axis=0, where=w)])
+def test_bad_where_is_refused(func, where, exc, match):
+    x = np.ones((4, 5))
+    with pytest.raises(exc, match=match):
+        func(x, where)
+
+
+def test_explain_names_the_masked_route():
+    x = np.ones((64, 33), np.float32)
+    for axis, pattern in ((1, "slices"), (0, "columns")):
+        route = fastnorm.explain(fastnorm.layer_norm, x, axis=axis, where=x > 0)
+        assert route["schedule"] == "masked" and route["pattern"] == pattern
