@@ -39,6 +39,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _OPENMP = _simd.kernels.build_info()["openmp"]  # the same for every SIMD level
+# OpenMP's team size as the process started (OMP_NUM_THREADS or the cores).
+# A different value later means someone lowered or raised it for a while
+# (threadpoolctl.threadpool_limits): that caps set_num_threads too.
+_OMP_START = _simd.kernels.max_threads()
 
 
 def _processors():
@@ -61,7 +65,8 @@ def get_num_threads() -> int:
 
     Unless set_num_threads was called, this is OpenMP's default team size for
     the calling thread, which honours ``OMP_NUM_THREADS`` and
-    ``threadpoolctl.threadpool_limits``.  Small inputs run on one thread
+    ``threadpoolctl.threadpool_limits``; after set_num_threads(n), it is n,
+    still capped by a ``threadpool_limits`` block in force.  Small inputs run on one thread
     whatever this says; a build without OpenMP, and a process forked from
     another (``os.fork``, multiprocessing's "fork" start method), always
     say 1: GNU OpenMP cannot start teams in a forked child of a process
@@ -80,9 +85,12 @@ def get_num_threads() -> int:
     """
     if not _OPENMP or _forked:
         return 1  # a serial build (nothing to set), or a forked child (above)
+    omp = _simd.kernels.max_threads()
     n = _num_threads
     if n is None:
-        n = _simd.kernels.max_threads()
+        n = omp
+    elif omp != _OMP_START:
+        n = min(n, omp)       # inside threadpool_limits: it caps every call
     if _cap.limit:
         n = min(n, _cap.limit)
     return max(1, int(n))

@@ -77,6 +77,22 @@ def test_threadpoolctl_limit_gives_the_same_bits():
         assert_bitwise(a, b)
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_threadpoolctl_limit_caps_set_num_threads(n):
+    # set_num_threads is an upper bound; a threadpool_limits block in force
+    # caps every call, and leaving it restores the count.
+    x = WORKLOADS["long-rows"][0]()
+    fastnorm.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=1, user_api="openmp"):
+            assert fastnorm.get_num_threads() == 1
+            assert route(fastnorm.layer_norm, x)["threads"] == 1
+        assert fastnorm.get_num_threads() == n
+        assert route(fastnorm.layer_norm, x)["threads"] == n
+    finally:
+        fastnorm.set_num_threads(None)
+
+
 # --------------------------------------------------------------------------
 # either way of sharing the work
 
