@@ -20,6 +20,7 @@ import fastnorm
 import fastnorm._dask.tasks
 import fastnorm._grad
 import fastnorm._call
+from reference import assert_bitwise
 
 CLUSTER = dict(n_workers=2, threads_per_worker=1, protocol="tcp://", host="127.0.0.1",
                scheduler_port=0, dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
@@ -420,3 +421,31 @@ def test_normalize_task_reads_unaligned_statistics_and_parameters():
         x, _unaligned(mean), _unaligned(rstd), _unaligned(g), _unaligned(b),
         axes=(1,), out_dtype=np.dtype(np.float64))
     np.testing.assert_allclose(y, (x - mean) * rstd * g + b, rtol=1e-12, atol=1e-12)
+
+
+def test_keys_are_unique_to_their_computation(client):
+    # Statistics held by one computation while another computes y from the
+    # same array: one key with two task specs makes the scheduler warn (and
+    # can deadlock).  Every layer fastnorm builds has a name of its own.
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("distributed.scheduler")
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING)
+    try:
+        b = da.from_array(_x((64, 256)), chunks=(16, 64))
+        held = client.compute(fastnorm.layer_norm(b, return_stats=True)[1:])
+        y = fastnorm.layer_norm(b).compute()
+        mean, rstd = client.gather(held)
+        again = fastnorm.layer_norm(b, return_stats=True)[0].compute()
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert not [r for r in records if "run_spec" in r.getMessage()]
+    assert_bitwise(y, again)
+    # The statistics held are those of the same computation.
+    _, m, r = fastnorm.layer_norm(b, return_stats=True)
+    assert_bitwise(mean, m.compute())
+    assert_bitwise(rstd, r.compute())

@@ -3,8 +3,8 @@ across chunks in Dask's tree reduction, and per-chunk kernel calls laid out
 with ``blockwise`` so that no chunk of x moves."""
 import functools
 import math
+import uuid
 
-import dask
 import dask.array as da
 import numpy as np
 
@@ -17,6 +17,16 @@ _F64 = np.dtype(np.float64)
 
 def meta(ndim, dtype):
     return np.empty((0,) * ndim, dtype)
+
+
+def unique_name(what):
+    """A layer name of its own: the same key in two graphs that Dask
+    optimizes differently (fusing x's chunks into a layer in one and not
+    in the other) would be one key with two task specs, which the
+    distributed scheduler warns of and can deadlock on.  A layer is shared
+    within the call that built it (y and its statistics), never across
+    calls."""
+    return f"fastnorm-{what}-{uuid.uuid4().hex}"
 
 
 def whole_slices(x, axes):
@@ -37,7 +47,7 @@ def merged_states(x, axes, mode):
     return da.reduction(
         x, tasks.chunk_moments if moments else tasks.chunk_squares, tasks.aggregate_states,
         combine=tasks.combine_states, axis=axes, keepdims=True, dtype=dt,
-        concatenate=False, meta=meta(x.ndim, dt), name="fastnorm-" + mode + "-stats")
+        concatenate=False, meta=meta(x.ndim, dt), name=unique_name(mode + "-stats"))
 
 
 def field(states, name, divisor=1):
@@ -60,7 +70,7 @@ def chunkwise(func, x, arrays, dtype, name, summed=()):
         args += [a, None if a is None else ind]
     return da.blockwise(func, ind, *args, dtype=dtype, meta=meta(x.ndim, dtype),
                         adjust_chunks=dict.fromkeys(summed, 1),
-                        name=f"fastnorm-{name}-" + dask.base.tokenize(func, x, *arrays))
+                        name=unique_name(name))
 
 
 def per_chunk(func, x, arrays, result_dtype, index=None, **kwargs):
