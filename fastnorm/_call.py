@@ -113,10 +113,14 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
     return y, stats, stat_dtype, outs[1:]
 
 
-def backward(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
+def backward(dy, x, axes, mean, rstd, gamma, mode, dx_out=None, where=None):
     """The kernel call: dx (into dx_out when given) plus float64 dgamma, dbeta
-    in gamma's keepdims layout."""
-    dx, final = writable_target(dx_out, x, x.dtype)
+    in gamma's keepdims layout.  where: the selection (as_where's bytes):
+    dx is written there alone (a fresh dx holds 0 elsewhere)."""
+    if where is not None and dx_out is None:
+        dx, final = np.zeros(x.shape, x.dtype, order="F" if fortran(x) else "C"), None
+    else:
+        dx, final = writable_target(dx_out, x, x.dtype)
     if final is None and dx_out is not None and (np.may_share_memory(dx, dy)
                                                  and dx is not dy):
         _explain.copied("out: written through a temporary, then copied in")
@@ -126,7 +130,16 @@ def backward(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
     gamma, mean, rstd = (detach(a, dx) for a in (gamma, mean, rstd))
     fresh = dx is not dx_out    # just allocated: its pages not yet touched
     dgamma, dbeta = np.empty_like(gamma), np.empty_like(gamma)
-    if x.size == 0:
+    if where is not None and x.size > 0:
+        k = _simd.kernels
+        sums = np.empty((2,) + gamma.shape)
+        args = (dy, x, dx, gamma, mean, rstd, sums, where, reduced_mask(axes, x.ndim),
+                k.GRAD_MODES[mode], team_size())
+        if _explain.explaining and _explain.active():
+            _explain.kernel(k.masked_backward(*args, explain=True))
+        k.masked_backward(*args)
+        dgamma, dbeta = sums
+    elif x.size == 0:
         # Nothing to differentiate: empty sums (and an empty dx, which is
         # still the caller's out).
         dgamma.fill(0.0)
@@ -139,7 +152,7 @@ def backward(dy, x, axes, mean, rstd, gamma, mode, dx_out=None):
             _explain.kernel(k.explain_backward(*args))
         k.backward(*args)
     if final is not None:
-        np.copyto(final, dx)
+        np.copyto(final, dx, where=True if where is None else where.view(np.bool_))
         dx = final
     return dx, dgamma, dbeta
 

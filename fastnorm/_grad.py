@@ -16,6 +16,7 @@ from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
 from ._call import backward, kernel_operand
 from ._family import Groups
 from ._lazy import any_dask, via_dask
+from ._where import Input, as_where
 
 _CENTER = _simd.kernels.GRAD_MODES["center"]
 _RMS = _simd.kernels.GRAD_MODES["rms"]
@@ -34,6 +35,35 @@ def _pair(dy, x):
         if a.dtype != dt:
             _explain.copied(f"{name}: {a.dtype} converted to {dt}")
     return dy.astype(dt, copy=False), x.astype(dt, copy=False)
+
+
+class _GradSelection:
+    """A gradient's selection: where= and the masks of a masked x or dy."""
+
+    def __init__(self, inp):
+        self.inp = inp
+        self.where = None
+
+    def grad_args(self, x):
+        self.where = as_where(self.inp.where, x.shape)
+        return {} if self.where is None else {"where": self.where}
+
+    def grad_dx(self, dx, given):
+        if given is not None or not self.inp.masked:
+            return dx if given is not None else self.inp.wrap(dx)
+        return self.inp.wrap(dx, None if self.where is None
+                             else np.logical_not(self.where.view(np.bool_)))
+
+
+def _selected(dy, x, where):
+    """dy and x as _pair makes them, and the selection: where= combined with
+    the unmasked values of a masked x and dy."""
+    inp = Input(x, where)
+    dyi = Input(dy, inp.where, "dy")
+    inp.where = dyi.where
+    inp.masked = inp.masked or dyi.masked
+    dy, x = _pair(dyi.data, inp.data)
+    return dy, x, _GradSelection(inp)
 
 
 def _stat(value, name, x_shape, axes):
@@ -107,7 +137,7 @@ def _param_grad(g, shape, dtype, out):
     return _deliver(g.reshape(shape).astype(dtype, copy=False), out)
 
 
-def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
+def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None, where=None):
     """Gradients of ``layer_norm``.
 
     Parameters
@@ -130,6 +160,12 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
         Arrays for the results: dx alone, or ``(dx, dgamma, dbeta)`` (entries
         may be None), of the results' shapes and dtypes; ``out=dy`` or
         ``out=x`` works in place.  Not with Dask arrays (TypeError).
+    where : array_like of bool, optional
+        The forward's ``where=``: n, the sums and the parameter gradients
+        are over the selected values; dx is written at the selected
+        positions alone (elsewhere ``out=`` keeps its values, a fresh dx
+        holds 0: x there took no part in the forward).  A masked x (or dy)
+        selects its unmasked values, and dx comes back masked elsewhere.
 
     Returns
     -------
@@ -147,26 +183,30 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None):
     >>> np.abs(dx).max() < 1e-15, dbeta
     (np.True_, array([1., 1., 1.]))
     """
-    fast = _simd.kernels.fast_norm_backward(_CENTER, dy, x, mean, rstd, gamma, axis, out, 3)
-    if fast is not None:
-        return fast
-    if any_dask(dy, x, mean, rstd, gamma):
+    if where is None:
+        fast = _simd.kernels.fast_norm_backward(_CENTER, dy, x, mean, rstd, gamma, axis, out, 3)
+        if fast is not None:
+            return fast
+    if any_dask(dy, x, mean, rstd, gamma, where):
         return via_dask(layer_norm_backward, locals())
-    dy, x = _pair(dy, x)
+    dy, x, sel = _selected(dy, x, where)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
     pdt = _param_dtype(gdt, x.dtype)
     outs = _outs(out, 3, x, shape, pdt)
     dx, dg, db = backward(dy, x, axes, _stat(mean, "mean", x.shape, axes),
-                      _stat(rstd, "rstd", x.shape, axes), g, "center", outs[0])
-    return dx, _param_grad(dg, shape, pdt, outs[1]), _param_grad(db, shape, pdt, outs[2])
+                          _stat(rstd, "rstd", x.shape, axes), g, "center", outs[0],
+                          **sel.grad_args(x))
+    return (sel.grad_dx(dx, outs[0]), _param_grad(dg, shape, pdt, outs[1]),
+            _param_grad(db, shape, pdt, outs[2]))
 
 
-def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None):
+def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None, where=None):
     """Gradients of ``rms_norm``: ``(dx, dgamma)``.
 
     ``rstd`` is what ``rms_norm(..., return_stats=True)`` returned; the rest
-    as in ``layer_norm_backward`` (``out`` a tuple ``(dx, dgamma)``).
+    (``where=`` included) as in ``layer_norm_backward`` (``out`` a tuple
+    ``(dx, dgamma)``).
 
     Examples
     --------
@@ -177,31 +217,34 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None):
     >>> dx.round(4), dgamma.round(4)
     (array([[ 0.181 , -0.1358]]), array([0.8485, 0.    ]))
     """
-    fast = _simd.kernels.fast_norm_backward(_RMS, dy, x, None, rstd, gamma, axis, out, 2)
-    if fast is not None:
-        return fast
-    if any_dask(dy, x, rstd, gamma):
+    if where is None:
+        fast = _simd.kernels.fast_norm_backward(_RMS, dy, x, None, rstd, gamma, axis, out, 2)
+        if fast is not None:
+            return fast
+    if any_dask(dy, x, rstd, gamma, where):
         return via_dask(rms_norm_backward, locals())
-    dy, x = _pair(dy, x)
+    dy, x, sel = _selected(dy, x, where)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
     pdt = _param_dtype(gdt, x.dtype)
     outs = _outs(out, 2, x, shape, pdt)
     r = _stat(rstd, "rstd", x.shape, axes)
-    dx, dg, _ = backward(dy, x, axes, np.zeros_like(r), r, g, "rms", outs[0])
-    return dx, _param_grad(dg, shape, pdt, outs[1])
+    dx, dg, _ = backward(dy, x, axes, np.zeros_like(r), r, g, "rms", outs[0],
+                         **sel.grad_args(x))
+    return sel.grad_dx(dx, outs[0]), _param_grad(dg, shape, pdt, outs[1])
 
 
 def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=True,
-                        out=None):
+                        out=None, where=None):
     """Gradients of ``batch_norm``: ``(dx, dgamma, dbeta)``.
 
     With ``training=True`` the gradient flows through the batch statistics;
     with ``training=False`` (statistics were the running ones, constants)
     ``dx = dy * gamma * rstd``.  ``mean`` and ``rstd`` are what
     ``batch_norm(..., return_stats=True)`` returned; ``axis`` as in
-    ``batch_norm`` (default every axis but 1); ``out`` as in
-    ``layer_norm_backward``.
+    ``batch_norm`` (default every axis but 1); ``out`` and ``where`` as in
+    ``layer_norm_backward`` (``where``: the forward's; n is each feature's
+    number of selected values).
 
     Examples
     --------
@@ -212,18 +255,19 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
     >>> dgamma, dbeta
     (array([2., 2.]), array([0., 0.]))
     """
-    if any_dask(dy, x, mean, rstd, gamma):
+    if any_dask(dy, x, mean, rstd, gamma, where):
         return via_dask(batch_norm_backward, locals())
-    dy, x = _pair(dy, x)
+    dy, x, sel = _selected(dy, x, where)
     axes = batch_axes(axis, x.ndim, "batch_norm_backward")
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, kept)
     pdt = _param_dtype(gdt, x.dtype)
     outs = _outs(out, 3, x, shape, pdt)
     dx, dg, db = backward(dy, x, axes, _stat(mean, "mean", x.shape, axes),
-                      _stat(rstd, "rstd", x.shape, axes), g,
-                      "center" if training else "scale", outs[0])
-    return dx, _param_grad(dg, shape, pdt, outs[1]), _param_grad(db, shape, pdt, outs[2])
+                          _stat(rstd, "rstd", x.shape, axes), g,
+                          "center" if training else "scale", outs[0], **sel.grad_args(x))
+    return (sel.grad_dx(dx, outs[0]), _param_grad(dg, shape, pdt, outs[1]),
+            _param_grad(db, shape, pdt, outs[2]))
 
 
 def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_axis=1,

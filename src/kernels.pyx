@@ -194,6 +194,44 @@ def masked_forward(cnp.ndarray x, cnp.ndarray where, y, gamma, beta, s0, s1, s2,
         raise MemoryError("fastnorm: could not allocate scratch memory")
 
 
+def masked_backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
+                    cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray sums, cnp.ndarray where,
+                    tuple reduced, int mode, int nthreads, bint explain=False):
+    """A backward call over the values where `where` is nonzero (backward's
+    arguments; where as for masked_forward).  dx is written at the selected
+    positions alone; sums (C-contiguous float64, 2 x gamma.size) gets
+    dgamma, then dbeta.  explain: the route as a dict, nothing run."""
+    cdef Layout L
+    cdef Route R
+    cdef MaskedGrad G
+    cdef int rc, in_code = type_code(x), out_code = type_code(dx)
+    if type_code(dy) != in_code:
+        raise TypeError("dy and x must have the same dtype")
+    if cnp.PyArray_ITEMSIZE(where) != 1 or where.ndim != x.ndim:
+        raise ValueError("fastnorm: the mask is one byte an element, of x's dimensions")
+    if not (cnp.PyArray_ISCARRAY(sums) and cnp.PyArray_TYPE(sums) == cnp.NPY_DOUBLE
+            and cnp.PyArray_SIZE(sums) == 2 * gamma.size and cnp.PyArray_ISCARRAY(gamma)):
+        raise ValueError("fastnorm: sums are 2 x gamma.size C-contiguous doubles")
+    make_layout(&L, x, (dx, gamma, dy, mean, rstd, None), reduced, None, where)
+    route_masked(&R, &L, nthreads, dx.nbytes)
+    if explain:
+        return route_dict(&R, &L)
+    G.L = &L
+    G.mode = mode
+    G.gshift = L.base[OP_G] - <char*>cnp.PyArray_DATA(gamma)
+    G.n_param = gamma.size
+    G.partial = <double*>cnp.PyArray_DATA(sums)
+    with nogil:
+        if in_code == 0:
+            rc = masked_grad_in(&G, R.threads, out_code, <half_t*>NULL)
+        elif in_code == 1:
+            rc = masked_grad_in(&G, R.threads, out_code, <float*>NULL)
+        else:
+            rc = masked_grad_in(&G, R.threads, out_code, <double*>NULL)
+    if rc != 0:
+        raise MemoryError("fastnorm: could not allocate scratch memory")
+
+
 cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarray x, dx,
                         cnp.ndarray gamma, cnp.ndarray mean, cnp.ndarray rstd,
                         cnp.ndarray dgamma, cnp.ndarray dbeta, tuple reduced, int mode,

@@ -217,3 +217,182 @@ cdef int masked_run_in(const Layout* L, int nthreads, int mode, double eps, bint
     if out_code == 1:
         return masked_run(L, nthreads, mode, eps, has_y, ki, <float*>NULL)
     return masked_run(L, nthreads, mode, eps, has_y, ki, <double*>NULL)
+
+
+# ---------------------------------------------------------------------------
+# Gradients over the selected values (backward.pxi's formulas, with n, A and
+# B of each slice taken over its selection; dx is written at the selected
+# positions alone).  The parameter sums go to per-block partial buffers laid
+# out like gamma, added up in block order: blocks of items depend on the
+# shape alone.
+
+cdef struct MaskedGrad:
+    const Layout* L
+    int mode
+    Py_ssize_t gshift         # bytes from gamma's data to L.base[OP_G]
+    Py_ssize_t n_param
+    double* partial           # the result: dgamma, then dbeta (n_param each)
+
+
+cdef inline void grad_value(const MaskedGrad* G, double x, double dy, double g, double m,
+                            double r, double* acc, double* pg, in_t* ki) noexcept nogil:
+    """Pass 1 for one selected value: A, B, n into acc, the parameter sums
+    into pg (dgamma) and pg + n_param (dbeta)."""
+    cdef double xhat = (x - m) * r
+    acc[0] += dy * g
+    acc[1] += dy * g * xhat
+    acc[2] += 1.0
+    pg[0] += dy * xhat
+    pg[G.n_param] += dy
+
+
+cdef inline double grad_dx(const MaskedGrad* G, double x, double dy, double g, double m,
+                           double r, const double* acc) noexcept nogil:
+    cdef double xhat = (x - m) * r
+    if G.mode == GRAD_SCALE:
+        return r * dy * g
+    if G.mode == GRAD_RMS:
+        return r * (dy * g - xhat * acc[1] / acc[2])
+    return r * (dy * g - acc[0] / acc[2] - xhat * acc[1] / acc[2])
+
+
+cdef void masked_grad_slice(const MaskedGrad* G, Py_ssize_t si, double* part,
+                            in_t* ki, out_t* ko) noexcept nogil:
+    """SLICES: slice si's sums over its selection, then its dx."""
+    cdef const Layout* L = G.L
+    cdef Odometer s, r
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Py_ssize_t n_runs = L.slice_len // inner.size, ri, j, go
+    cdef double m, rs, acc[3]
+    cdef const char* px
+    cdef const char* pm
+    cdef const char* pg
+    cdef const char* pd
+    cdef char* py
+    cdef int phase
+    odo_init(&s, L.kept, L.n_kept, si)
+    m = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
+    rs = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
+    acc[0] = acc[1] = acc[2] = 0.0
+    for phase in range(2):
+        odo_init(&r, L.red, L.n_red - 1, 0)
+        for ri in range(n_runs):
+            px = L.base[OP_X] + s.off[OP_X] + r.off[OP_X]
+            pm = L.base[OP_M] + s.off[OP_M] + r.off[OP_M]
+            pg = L.base[OP_G] + s.off[OP_G] + r.off[OP_G]
+            pd = L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY]
+            py = L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX]
+            for j in range(inner.size):
+                if not pm[j * inner.stride[OP_M]]:
+                    continue
+                go = G.gshift + s.off[OP_G] + r.off[OP_G] + j * inner.stride[OP_G]
+                if phase == 0:
+                    grad_value(G, sload(px + j * inner.stride[OP_X], ki),
+                               sload(pd + j * inner.stride[OP_DY], ki),
+                               (<const double*>(pg + j * inner.stride[OP_G]))[0], m, rs, acc,
+                               part + go // <Py_ssize_t>sizeof(double), ki)
+                else:
+                    sstore(py + j * inner.stride[OP_DX],
+                           grad_dx(G, sload(px + j * inner.stride[OP_X], ki),
+                                   sload(pd + j * inner.stride[OP_DY], ki),
+                                   (<const double*>(pg + j * inner.stride[OP_G]))[0], m, rs,
+                                   acc), ko)
+            odo_next(&r, L.red, L.n_red - 1)
+
+
+cdef int masked_grad_columns(const MaskedGrad* G, Py_ssize_t item, double* part,
+                             in_t* ki, out_t* ko) noexcept nogil:
+    """COLUMNS: one tile of columns of one outer slice, every row for the
+    sums, then again for dx."""
+    cdef const Layout* L = G.L
+    cdef const Axis* col = &L.kept[L.n_kept - 1]
+    cdef Py_ssize_t n_tiles = (col.size + MASK_TILE - 1) // MASK_TILE
+    cdef Py_ssize_t c0 = (item % n_tiles) * MASK_TILE
+    cdef Py_ssize_t width = min(<Py_ssize_t>MASK_TILE, col.size - c0), ri, j, go
+    cdef double* st = <double*>fn_calloc(5 * width, sizeof(double))   # A, B, n, m, r
+    cdef Odometer o, r
+    cdef const char* px
+    cdef const char* pm
+    cdef const char* pg
+    cdef const char* pd
+    cdef char* py
+    cdef int phase, k
+    cdef Py_ssize_t base[N_OPS]
+    if st == NULL:
+        return -1
+    odo_init(&o, L.kept, L.n_kept - 1, item // n_tiles)
+    for k in range(N_OPS):
+        base[k] = o.off[k] + c0 * col.stride[k]
+    for j in range(width):
+        st[5 * j + 3] = (<const double*>(L.stat[0] + base[OP_S] + j * col.stride[OP_S]))[0]
+        st[5 * j + 4] = (<const double*>(L.stat[1] + base[OP_S] + j * col.stride[OP_S]))[0]
+    for phase in range(2):
+        odo_init(&r, L.red, L.n_red, 0)
+        for ri in range(L.slice_len):
+            px = L.base[OP_X] + base[OP_X] + r.off[OP_X]
+            pm = L.base[OP_M] + base[OP_M] + r.off[OP_M]
+            pg = L.base[OP_G] + base[OP_G] + r.off[OP_G]
+            pd = L.base[OP_DY] + base[OP_DY] + r.off[OP_DY]
+            py = L.base[OP_DX] + base[OP_DX] + r.off[OP_DX]
+            for j in range(width):
+                if not pm[j * col.stride[OP_M]]:
+                    continue
+                if phase == 0:
+                    go = G.gshift + base[OP_G] + r.off[OP_G] + j * col.stride[OP_G]
+                    grad_value(G, sload(px + j * col.stride[OP_X], ki),
+                               sload(pd + j * col.stride[OP_DY], ki),
+                               (<const double*>(pg + j * col.stride[OP_G]))[0],
+                               st[5 * j + 3], st[5 * j + 4], &st[5 * j],
+                               part + go // <Py_ssize_t>sizeof(double), ki)
+                else:
+                    sstore(py + j * col.stride[OP_DX],
+                           grad_dx(G, sload(px + j * col.stride[OP_X], ki),
+                                   sload(pd + j * col.stride[OP_DY], ki),
+                                   (<const double*>(pg + j * col.stride[OP_G]))[0],
+                                   st[5 * j + 3], st[5 * j + 4], &st[5 * j]), ko)
+            odo_next(&r, L.red, L.n_red)
+    fn_free(st)
+    return 0
+
+
+cdef int masked_grad_run(const MaskedGrad* G, int nthreads, in_t* ki,
+                         out_t* ko) noexcept nogil:
+    cdef const Layout* L = G.L
+    cdef Py_ssize_t n_items = masked_items(L), blk, item, per, n_blocks, lo, hi, p
+    cdef double* part
+    cdef double* pb
+    cdef int failed = 0
+    # Blocks of items, each with its own partial sums: as many as the
+    # partial buffers' bound allows (at most MASK_GRAD_BLOCKS).
+    n_blocks = MASK_GRAD_PARTIAL_BYTES // (16 * max(G.n_param, 1))
+    n_blocks = max(1, min(n_blocks, <Py_ssize_t>MASK_GRAD_BLOCKS, n_items))
+    per = (n_items + n_blocks - 1) // n_blocks
+    n_blocks = (n_items + per - 1) // per
+    part = <double*>fn_calloc(2 * G.n_param * n_blocks, sizeof(double))
+    if part == NULL:
+        return -1
+    for blk in prange(n_blocks, num_threads=nthreads, schedule="dynamic", chunksize=1):
+        pb = part + 2 * G.n_param * blk
+        lo = blk * per
+        hi = min(lo + per, n_items)
+        for item in range(lo, hi):
+            if L.columns:
+                failed += masked_grad_columns(G, item, pb, ki, ko) != 0
+            else:
+                masked_grad_slice(G, item, pb, ki, ko)
+    for blk in range(1, n_blocks):
+        pb = part + 2 * G.n_param * blk
+        for p in range(2 * G.n_param):
+            part[p] += pb[p]
+    memcpy(G.partial, part, 2 * G.n_param * sizeof(double))
+    fn_free(part)
+    return -1 if failed else 0
+
+
+cdef int masked_grad_in(const MaskedGrad* G, int nthreads, int out_code,
+                        in_t* ki) noexcept nogil:
+    if out_code == 0:
+        return masked_grad_run(G, nthreads, ki, <half_t*>NULL)
+    if out_code == 1:
+        return masked_grad_run(G, nthreads, ki, <float*>NULL)
+    return masked_grad_run(G, nthreads, ki, <double*>NULL)

@@ -84,6 +84,8 @@ cdef extern from "tuning.h":
         STREAM_MIN_BYTES "FN_STREAM_MIN_BYTES"
         MASK_BLOCK "FN_MASK_BLOCK"
         MASK_TILE "FN_MASK_TILE"
+        MASK_GRAD_BLOCKS "FN_MASK_GRAD_BLOCKS"
+        MASK_GRAD_PARTIAL_BYTES "FN_MASK_GRAD_PARTIAL_BYTES"
 
 cdef extern from "simd.h" nogil:
     void fn_set_schedule(int same_split, int guided)

@@ -44,6 +44,10 @@
 /* Columns a masked COLUMNS item walks: their states (72 bytes a column)
  * stay in L1 beside the rows being read. */
 #define FN_MASK_TILE 256
+/* Blocks of a masked gradient's items, each summing its own parameter
+ * gradients: enough for the threads, within this many bytes of partials. */
+#define FN_MASK_GRAD_BLOCKS 64
+#define FN_MASK_GRAD_PARTIAL_BYTES (8 << 20)
 /* Rows of float16/float32 column sums before they go into moments: a
  * segment's rounding grows with its length squared. */
 #define FN_SUM_ROWS 4096

@@ -21,7 +21,7 @@ import numpy as np
 from .. import _grad
 from . import tasks
 from .._args import axes_tuple, batch_axes, keepdims_shape
-from .args import aligned, conformed, lazy_array, lazy_input, no_out, stand_in
+from .args import aligned, conformed, lazy_array, lazy_input, no_out, no_where, stand_in
 from .graph import channel_param, chunkwise, per_chunk, whole_slices
 from .._family import Groups
 
@@ -83,7 +83,8 @@ def gradients(dy, x, mean, rstd, g, mode, axes, n, per_slice=None, numpy_func=No
     return dx, dgamma, dbeta
 
 
-def layer_norm_backward(dy, x, mean, rstd, gamma, axis, out):
+def layer_norm_backward(dy, x, mean, rstd, gamma, axis, out, where=None):
+    no_where(where)
     dy, x = _pair(dy, x)
     axes = axes_tuple(axis, x.ndim)
     g, shape, pdt = _gamma(gamma, x, axes)
@@ -94,7 +95,8 @@ def layer_norm_backward(dy, x, mean, rstd, gamma, axis, out):
     return dx, _grad._param_grad(dg, shape, pdt, None), _grad._param_grad(db, shape, pdt, None)
 
 
-def rms_norm_backward(dy, x, rstd, gamma, axis, out):
+def rms_norm_backward(dy, x, rstd, gamma, axis, out, where=None):
+    no_where(where)
     dy, x = _pair(dy, x)
     axes = axes_tuple(axis, x.ndim)
     g, shape, pdt = _gamma(gamma, x, axes)
@@ -105,7 +107,8 @@ def rms_norm_backward(dy, x, rstd, gamma, axis, out):
     return dx, _grad._param_grad(dg, shape, pdt, None)
 
 
-def batch_norm_backward(dy, x, mean, rstd, gamma, axis, training, out):
+def batch_norm_backward(dy, x, mean, rstd, gamma, axis, training, out, where=None):
+    no_where(where)
     dy, x = _pair(dy, x)
     axes = batch_axes(axis, x.ndim, "batch_norm_backward")
     kept = tuple(i for i in range(x.ndim) if i not in axes)
