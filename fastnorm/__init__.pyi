@@ -179,6 +179,7 @@ def layer_norm_backward(
     *,
     axis: _Axis = -1,
     out: _Out = None,
+    where: ArrayLike | None = None,
 ) -> tuple[_Array, _Array, _Array]: ...
 def rms_norm_backward(
     dy: ArrayLike,
@@ -188,6 +189,7 @@ def rms_norm_backward(
     *,
     axis: _Axis = -1,
     out: _Out = None,
+    where: ArrayLike | None = None,
 ) -> tuple[_Array, _Array]: ...
 def batch_norm_backward(
     dy: ArrayLike,
@@ -199,6 +201,7 @@ def batch_norm_backward(
     axis: _Axis = None,
     training: bool = True,
     out: _Out = None,
+    where: ArrayLike | None = None,
 ) -> tuple[_Array, _Array, _Array]: ...
 def group_norm_backward(
     dy: ArrayLike,

@@ -55,13 +55,20 @@ def test_set_num_threads_rejects(bad, exc):
 
 
 @needs_openmp
-def test_threadpoolctl_is_honoured_unless_set_explicitly():
+def test_threadpoolctl_caps_even_an_explicit_count():
     with threadpool_limits(limits=1, user_api="openmp"):
         assert fastnorm.get_num_threads() == 1
         fastnorm.set_num_threads(3)
-        assert fastnorm.get_num_threads() == 3
-        fastnorm.set_num_threads(None)
+        try:
+            assert fastnorm.get_num_threads() == 1
+        finally:
+            fastnorm.set_num_threads(None)
         assert fastnorm.get_num_threads() == 1
+    fastnorm.set_num_threads(3)
+    try:
+        assert fastnorm.get_num_threads() == 3
+    finally:
+        fastnorm.set_num_threads(None)
 
 
 def test_omp_num_threads_is_honoured(run_python):

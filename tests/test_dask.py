@@ -5,6 +5,7 @@ real distributed LocalCluster (two worker processes, one thread each, bound
 to 127.0.0.1); the thread tests also use Dask's local threaded scheduler and
 an in-process cluster."""
 import logging
+import warnings
 import os
 
 import numpy as np
@@ -449,3 +450,49 @@ def test_keys_are_unique_to_their_computation(client):
     _, m, r = fastnorm.layer_norm(b, return_stats=True)
     assert_bitwise(mean, m.compute())
     assert_bitwise(rstd, r.compute())
+
+
+WHERE = np.random.default_rng(21).random((12, 6, 5, 1)) < 0.6   # (N, C, T, 1)-like
+
+
+@pytest.mark.parametrize("chunks", list(CHUNKINGS.values()) + [FINE])
+@pytest.mark.parametrize("lazy_mask", [False, True])
+def test_where_on_dask_matches_numpy(chunks, lazy_mask):
+    b = da.from_array(X, chunks=chunks)
+    w = WHERE
+    if lazy_mask:
+        w = da.from_array(WHERE, chunks=tuple(c if n > 1 else 1
+                                              for c, n in zip(b.chunks, WHERE.shape)))
+    cases = [
+        (lambda a, m: fastnorm.mean_var(a, (0, 2, 3), ddof=1, where=m), 2),
+        (lambda a, m: fastnorm.layer_norm(a, axis=(1, 3), where=m, return_stats=True), 3),
+        (lambda a, m: fastnorm.rms_norm(a, axis=-1, where=m, return_stats=True), 2),
+        (lambda a, m: fastnorm.batch_norm(a, where=m, return_stats=True), 3),
+        (lambda a, m: fastnorm.batch_norm(a, running_mean=np.zeros(6), running_var=np.ones(6),
+                                          training=False, where=m), 1),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for func, n in cases:
+            got, want = func(b, w), func(X, WHERE)
+            got, want = (got, want) if n > 1 else ((got,), (want,))
+            for g, e in zip(got, want):
+                assert isinstance(g, da.Array)
+                g = g.compute()
+                assert g.shape == e.shape and g.dtype == e.dtype
+                np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_where_batch_norm_running_statistics_on_dask():
+    b = da.from_array(X, chunks=FINE)
+    rm, rv = np.zeros(6), np.ones(6)
+    rm0, rv0 = np.zeros(6), np.ones(6)
+    y = fastnorm.batch_norm(b, running_mean=rm, running_var=rv, where=WHERE)
+    y0 = fastnorm.batch_norm(X, running_mean=rm0, running_var=rv0, where=WHERE)
+    np.testing.assert_allclose(rm, rm0, rtol=1e-12)
+    np.testing.assert_allclose(rv, rv0, rtol=1e-12)
+    np.testing.assert_allclose(y.compute(), y0, rtol=1e-12, atol=1e-12)
+    one = np.zeros(X.shape, bool)
+    one[0, :, 0, 0] = True          # one selected value a channel
+    with pytest.raises(ValueError, match="more than one selected"):
+        fastnorm.batch_norm(b, running_mean=rm, running_var=rv, where=one)

@@ -28,9 +28,10 @@ from .. import _api, _family
 from . import tasks
 from .._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
                      result_dtypes, running_stat)
-from .args import aligned, lazy_input, no_out, no_where
+from .args import aligned, lazy_input, lazy_where, no_out
 from .graph import (channel_param, field, given_normalize, lazy_param, merged_states, meta,
-                    normalized, per_chunk, rstd_of, slice_stats, stat_out, whole_slices)
+                    normalized, per_chunk, rstd_of, selected_count, slice_stats, stat_out,
+                    whole_slices)
 from .grad import (batch_norm_backward, group_norm_backward,  # noqa: F401
                    layer_norm_backward, rms_norm_backward)
 from .._family import Groups
@@ -41,17 +42,23 @@ from .._running import update_running
 # mean_var, layer_norm, rms_norm, batch_norm
 
 def mean_var(x, axis, ddof, keepdims, dtype, out, where=None):
-    no_where(where)
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     res_dtype, _ = result_dtypes(x.dtype, dtype)
     no_out(out)
-    n = math.prod(x.shape[i] for i in axes)
-    if n - ddof <= 0 and x.size > 0:
-        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
-    states = merged_states(x, axes, "center")
-    results = (states.map_blocks(tasks.centre, dtype=np.float64),
-               field(states, "m2", max(n - ddof, 0)))
+    where = lazy_where(where, x)
+    states = merged_states(x, axes, "center", where)
+    mean = states.map_blocks(tasks.centre, dtype=np.float64)
+    if where is None:
+        n = math.prod(x.shape[i] for i in axes)
+        if n - ddof <= 0 and x.size > 0:
+            warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
+        results = mean, field(states, "m2", max(n - ddof, 0))
+    else:
+        # Each slice's own count; empty slices are not warned of (that
+        # would take computing the mask now).
+        dof = da.maximum(selected_count(where, x, axes) - ddof, 0)
+        results = mean, da.map_blocks(tasks.divide, states["m2"], dof, dtype=np.float64)
     results = tuple(r.astype(res_dtype) for r in results)
     if not keepdims:
         results = tuple(r.squeeze(axis=axes) for r in results)
@@ -59,34 +66,35 @@ def mean_var(x, axis, ddof, keepdims, dtype, out, where=None):
 
 
 def layer_norm(x, gamma, beta, axis, eps, out, dtype, return_stats, where=None):
-    no_where(where)
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
     gamma = lazy_param(gamma, "gamma", x, axes)
     beta = lazy_param(beta, "beta", x, axes)
     no_out(out)
+    where = lazy_where(where, x)
     y, (mean, _, rstd) = normalized(
         x, axes, "center", eps=eps, gamma=gamma, beta=beta, dtype=dtype,
-        want_stats=return_stats, whole_chunks=lambda dt: per_chunk(
-            _api.layer_norm, x, {"gamma": gamma, "beta": beta}, dt, axis=axes, eps=eps,
-            dtype=dt))
+        want_stats=return_stats, where=where, whole_chunks=lambda dt: per_chunk(
+            _api.layer_norm, x, {"gamma": gamma, "beta": beta, "where": where}, dt,
+            axis=axes, eps=eps, dtype=dt))
     if not return_stats:
         return y
     return y, stat_out(mean, x.dtype, dtype), stat_out(rstd, x.dtype, dtype)
 
 
 def rms_norm(x, gamma, axis, eps, out, dtype, return_stats, where=None):
-    no_where(where)
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
     gamma = lazy_param(gamma, "gamma", x, axes)
     no_out(out)
+    where = lazy_where(where, x)
     y, (_, _, rstd) = normalized(
         x, axes, "rms", eps=eps, gamma=gamma, beta=None, dtype=dtype,
-        want_stats=return_stats, whole_chunks=lambda dt: per_chunk(
-            _api.rms_norm, x, {"gamma": gamma}, dt, axis=axes, eps=eps, dtype=dt))
+        want_stats=return_stats, where=where, whole_chunks=lambda dt: per_chunk(
+            _api.rms_norm, x, {"gamma": gamma, "where": where}, dt, axis=axes, eps=eps,
+            dtype=dt))
     if not return_stats:
         return y
     return y, stat_out(rstd, x.dtype, dtype)
@@ -109,8 +117,10 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
     array normalized with those statistics (computing it reads x once more,
     never recomputing them).  A lazy update could not work on a cluster:
     the tasks run in other processes, which cannot write the caller's
-    arrays.  Without running statistics, and in eval, nothing is computed."""
-    no_where(where)
+    arrays.  Without running statistics, and in eval, nothing is computed.
+    With where=, the counts of selected values are computed with the batch
+    statistics when running statistics are given (a feature with one
+    selected value raises then); without them nothing is checked now."""
     x = lazy_input(x)
     axes = batch_axes(axis, x.ndim)
     kept = tuple(i for i in range(x.ndim) if i not in axes)
@@ -120,6 +130,7 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
     if (running_mean is None) != (running_var is None):
         raise ValueError("running_mean and running_var go together: give both or neither")
     out_dtype, _ = result_dtypes(x.dtype, dtype)
+    where = lazy_where(where, x)
     if not training:
         if running_mean is None:
             raise ValueError("batch_norm with training=False needs running_mean and running_var")
@@ -127,7 +138,7 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
         var = lazy_param(running_var, "running_var", x, kept)
         no_out(out)
         rstd = rstd_of(var, eps)
-        y = given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype)
+        y = given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype, where)
     else:
         n, momentum = check_training(x.shape, axes, momentum)
         if running_mean is not None:
@@ -138,14 +149,22 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
         if running_mean is None:
             y, (mean, _, rstd) = normalized(
                 x, axes, "center", eps=eps, gamma=gamma, beta=beta, dtype=dtype,
-                want_stats=return_stats, whole_chunks=lambda dt: per_chunk(
-                    _api.batch_norm, x, {"gamma": gamma, "beta": beta}, dt, axis=axes,
-                    eps=eps, dtype=dt))
+                want_stats=return_stats, where=where, whole_chunks=lambda dt: per_chunk(
+                    _api.batch_norm, x, {"gamma": gamma, "beta": beta, "where": where}, dt,
+                    axis=axes, eps=eps, dtype=dt))
         else:
-            mean, var, rstd = dask.compute(*slice_stats(x, axes, "center", eps))
+            if where is None:
+                mean, var, rstd = dask.compute(*slice_stats(x, axes, "center", eps))
+            else:
+                mean, var, rstd, n = dask.compute(*slice_stats(x, axes, "center", eps, where),
+                                                  selected_count(where, x, axes))
+                if (n == 1).any():
+                    raise ValueError("batch_norm training needs more than one selected "
+                                     "value per feature; where= selects one value of some "
+                                     "feature")
             _running_update(running_mean, running_var, x, kept, momentum, n, mean, var)
             mean, rstd = aligned(mean, x), aligned(rstd, x)
-            y = given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype)
+            y = given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype, where)
     if not return_stats:
         return y
     return y, stat_out(mean, x.dtype, dtype), stat_out(rstd, x.dtype, dtype)

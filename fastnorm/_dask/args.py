@@ -9,6 +9,7 @@ import numpy as np
 import dask.array as da
 
 from .._args import as_input
+from .._where import as_where
 
 
 def stand_in(a):
@@ -69,6 +70,18 @@ def lazy_array(value, check, x):
     return aligned(conformed(value, check(stand_in(value))), x)
 
 
+def lazy_where(where, x):
+    """where= (NumPy or Dask) checked by the NumPy path's rules and laid out
+    for blockwise calls on x (x.ndim dimensions, each x's size or 1), or
+    None where it selects everything."""
+    if where is None or where is True:
+        return None
+    as_where(stand_in(where), x.shape)
+    w = where if isinstance(where, da.Array) else np.asarray(where)
+    return aligned(w.reshape((1,) * (x.ndim - w.ndim) + w.shape), x)
+
+
 def no_where(where):
     if where is not None:
-        raise NotImplementedError("where= with Dask arrays is not supported yet")
+        raise NotImplementedError("where= on the gradients of Dask arrays is not "
+                                  "supported yet")

@@ -35,19 +35,35 @@ def whole_slices(x, axes):
     return all(x.numblocks[i] == 1 for i in axes)
 
 
-def merged_states(x, axes, mode):
+def merged_states(x, axes, mode, where=None):
     """Per slice of x over `axes`, the chunks' statistics merged in Dask's
     tree reduction: a MOMENTS (mode 'center') or SQUARES (mode 'rms') array
-    in keepdims layout."""
+    in keepdims layout.  where (aligned with x, or None): over the selected
+    values, each chunk's state with its own counts."""
     n = math.prod(x.shape[i] for i in axes)
     if n == 0 and math.prod(x.shape[i] for i in range(x.ndim) if i not in axes) > 0:
         warn_empty()  # now, as the NumPy path does, not when it is computed
     moments = mode == "center"
     dt = tasks.MOMENTS if moments else tasks.SQUARES
+    chunk = tasks.chunk_moments if moments else tasks.chunk_squares
+    if where is not None:
+        ind = tuple(range(x.ndim))
+        x = da.blockwise(functools.partial(tasks.chunk_state_where, axes=axes,
+                                           mode="stats" if moments else "rms"),
+                         ind, x, ind, where, ind, dtype=tasks.STATE,
+                         adjust_chunks=dict.fromkeys(axes, 1), meta=meta(x.ndim, tasks.STATE),
+                         name=unique_name(mode + "-states"))
+        chunk = functools.partial(tasks.state_parts, moments=moments)
     return da.reduction(
-        x, tasks.chunk_moments if moments else tasks.chunk_squares, tasks.aggregate_states,
+        x, chunk, tasks.aggregate_states,
         combine=tasks.combine_states, axis=axes, keepdims=True, dtype=dt,
         concatenate=False, meta=meta(x.ndim, dt), name=unique_name(mode + "-stats"))
+
+
+def selected_count(where, x, axes):
+    """Per slice, the number of values where= selects (float64, keepdims)."""
+    return da.broadcast_to(where, x.shape, chunks=x.chunks).sum(axis=axes, keepdims=True,
+                                                                dtype=np.float64)
 
 
 def field(states, name, divisor=1):
@@ -82,38 +98,43 @@ def per_chunk(func, x, arrays, result_dtype, index=None, **kwargs):
     return chunkwise(bound, x, tuple(arrays.values()), result_dtype, func.__name__)
 
 
-def given_normalize(x, axes, mean, rstd, gamma, beta, dtype):
+def given_normalize(x, axes, mean, rstd, gamma, beta, dtype, where=None):
     """y from merged statistics (float64, keepdims layout; mean None for
-    RMS) through the kernels' given-statistics pass, chunk by chunk."""
+    RMS) through the kernels' given-statistics pass, chunk by chunk (at the
+    selected positions alone where where= is given)."""
     func = functools.partial(tasks.normalize_block, axes=axes, out_dtype=dtype)
-    return chunkwise(func, x, (aligned(mean, x), aligned(rstd, x), gamma, beta), dtype,
+    return chunkwise(func, x, (aligned(mean, x), aligned(rstd, x), gamma, beta, where), dtype,
                       "normalize")
 
 
-def slice_stats(x, axes, mode, eps):
+def slice_stats(x, axes, mode, eps, where=None):
     """(mean, spread, rstd) per slice, float64 Dask arrays in keepdims
     layout: spread is the biased variance (mode 'center') or the mean of
-    squares (mode 'rms', mean None)."""
-    n = math.prod(x.shape[i] for i in axes)
-    states = merged_states(x, axes, mode)
+    squares (mode 'rms', mean None); over the selected values with where."""
+    n = math.prod(x.shape[i] for i in axes) if where is None else selected_count(where, x, axes)
+    states = merged_states(x, axes, mode, where)
     if mode == "center":
         mean = states.map_blocks(tasks.centre, dtype=_F64)
-        spread = field(states, "m2", n)
+        spread = field(states, "m2", n) if where is None else da.map_blocks(
+            tasks.divide, states["m2"], n, dtype=_F64)
     else:
         mean, spread = None, field(states, "mean")
     return mean, spread, rstd_of(spread, eps)
 
 
-def normalized(x, axes, mode, *, eps, gamma, beta, dtype, want_stats, whole_chunks):
+def normalized(x, axes, mode, *, eps, gamma, beta, dtype, want_stats, whole_chunks,
+               where=None):
     """y and the float64 statistics (mean, spread, rstd) of a layer/RMS-style
-    normalization over `axes`.  When no statistics are wanted and every
-    chunk holds whole slices, y is whole_chunks(output dtype) instead (the
-    NumPy call on each chunk: one pass) and the statistics are None."""
+    normalization over `axes` (over the selected values with where).  When
+    no statistics are wanted and every chunk holds whole slices, y is
+    whole_chunks(output dtype) instead (the NumPy call on each chunk: one
+    pass) and the statistics are None."""
     out_dtype, _ = result_dtypes(x.dtype, dtype)
     if not want_stats and whole_slices(x, axes):
         return whole_chunks(out_dtype), (None, None, None)
-    mean, spread, rstd = slice_stats(x, axes, mode, eps)
-    return given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype), (mean, spread, rstd)
+    mean, spread, rstd = slice_stats(x, axes, mode, eps, where)
+    return (given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype, where),
+            (mean, spread, rstd))
 
 
 def stat_out(stat, x_dtype, dtype):

@@ -26,12 +26,16 @@ import numpy as np
 from .. import _simd
 from .._args import as_input
 from .._config import thread_cap
+from .._where import as_where
 from .._call import backward_dx, backward_sums, forward, normalize
 
 # The tree reduction's result: per slice the mean (of x, or of x**2 for RMS
 # statistics) and, for moments, the sum of squared deviations.
 MOMENTS = np.dtype([("mean", np.float64), ("m2", np.float64)])
 SQUARES = np.dtype([("mean", np.float64)])
+# A chunk's state over its selected values (where=): their count per slice
+# varies, so it travels with the moments.
+STATE = np.dtype([("n", np.float64), ("mean", np.float64), ("m2", np.float64)])
 
 
 # --------------------------------------------------------------------------
@@ -102,6 +106,32 @@ def chunk_squares(block, axis, keepdims, computing_meta=False):
     return _chunk_state(block, axis, "rms")
 
 
+def chunk_state_where(block, where, *, axes, mode):
+    """STATE per slice of one chunk over its selected values (mode 'stats'
+    or 'rms': m2 0), one per slice (size 1 along the reduced axes)."""
+    shape = tuple(1 if i in axes else s for i, s in enumerate(block.shape))
+    out = np.zeros(shape, STATE)
+    if block.size == 0:
+        return out
+    count = np.empty(shape)
+    with sharing_cores():
+        s0, s1, _ = forward(as_input(block), axes, mode, where=as_where(where, block.shape),
+                            count=count)
+    out["n"], out["mean"] = count, s0
+    if mode == "stats":
+        out["m2"] = s1
+    return out
+
+
+def state_parts(block, axis, keepdims, moments=True, computing_meta=False):
+    """Dask's chunk step on STATE arrays: the state as combine_states takes
+    it, (n, mean, m2) (m2 None for RMS statistics)."""
+    if computing_meta:
+        return np.empty((0,) * block.ndim, MOMENTS if moments else SQUARES)
+    return (np.ascontiguousarray(block["n"]), np.ascontiguousarray(block["mean"]),
+            np.ascontiguousarray(block["m2"]) if moments else None)
+
+
 def _states(parts):
     """The chunk states in a (nested) list, as Dask hands them over."""
     if isinstance(parts, tuple):
@@ -143,18 +173,23 @@ def kernel_ready(a):
     return np.require(a, dtype=np.float64, requirements=["C", "A"])
 
 
-def normalize_block(block, mean, rstd, gamma, beta, *, axes, out_dtype):
+def normalize_block(block, mean, rstd, gamma, beta, where=None, *, axes, out_dtype):
     """One chunk normalized by the kernels with the given float64 statistics
     of its slices (mean None: RMS, no centring); gamma, beta float64 in
-    keepdims layout, or None."""
+    keepdims layout, or None; where: the chunk's piece of the selection
+    (y 0 elsewhere), or None."""
     block = as_input(block)
     rstd = kernel_ready(rstd)
     mean = np.zeros_like(rstd) if mean is None else kernel_ready(mean)
     gamma = None if gamma is None else kernel_ready(gamma)
     beta = None if beta is None else kernel_ready(beta)
+    selected = {}
+    if where is not None:
+        selected = {"where": as_where(where, block.shape), "count": np.empty(rstd.shape)}
     with sharing_cores():
         y, _, _, _ = normalize(block, axes, "given", eps=0.0, gamma=gamma, beta=beta,
-                               out=None, dtype=out_dtype, n_stats=0, given=(mean, rstd))
+                               out=None, dtype=out_dtype, n_stats=0, given=(mean, rstd),
+                               **selected)
     return y
 
 
