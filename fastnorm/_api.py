@@ -138,7 +138,8 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     axis : int or tuple of ints, optional
         The normalized (reduced) axes; default -1.  ``None`` means all.
     eps : float, optional
-        Added to the variance; ``rstd = 1 / sqrt(var + eps)``.
+        Added to the variance; ``rstd = 1 / sqrt(var + eps)``.  Finite and
+        >= 0, else ValueError.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype (``out=x`` works in place);
         with ``return_stats`` a tuple ``(y, mean, rstd)`` (entries may be None).
@@ -204,7 +205,7 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     axis : int or tuple of ints, optional
         Axes of the mean of squares; default -1.  ``None`` means all.
     eps : float, optional
-        Added to the mean of squares.
+        Added to the mean of squares.  Finite and >= 0, else ValueError.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype; with ``return_stats`` a
         tuple ``(y, rstd)``.  Not with Dask arrays (TypeError).
@@ -281,7 +282,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     momentum : float, optional
         Weight of the new batch in the running statistics (default 0.1).
     eps : float, optional
-        Added to the variance.
+        Added to the variance.  Finite and >= 0, else ValueError.
     axis : int or tuple of ints, optional
         Reduced axes; default every axis but 1.  Use ``axis=(0, 1, 2)`` for
         channels-last NHWC, ``axis=0`` for (N, C).

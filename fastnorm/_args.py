@@ -52,6 +52,26 @@ def as_input(x, name="x"):
     return a
 
 
+def as_where(where, shape):
+    """where= as the kernels read it: None when it selects everything (None
+    or True), else a boolean array broadcast to `shape` (no copy), viewed
+    as bytes.  Non-boolean masks are refused as NumPy refuses them."""
+    if where is None or where is True:
+        return None
+    w = np.asarray(where)
+    if w.dtype != np.bool_:
+        raise TypeError(f"where must be a boolean array_like, got dtype {w.dtype} "
+                        "(NumPy's where= takes booleans only)")
+    if w.ndim > len(shape):
+        raise ValueError(f"where of shape {w.shape} has more dimensions than x {shape}")
+    try:
+        w = np.broadcast_to(w, shape)
+    except ValueError:
+        raise ValueError(f"where of shape {w.shape} does not broadcast to x's shape "
+                         f"{shape}") from None
+    return w.view(np.uint8)
+
+
 def refuse_lossy(x, name):
     """TypeError for an input that np.asarray would strip of its meaning: a
     masked array with masked values (where= functions take those apart

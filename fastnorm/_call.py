@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from . import _simd, _explain
-from ._args import (as_input, check_out, detach, keepdims_shape, reduced_mask,
+from ._args import (as_input, as_where, check_out, detach, keepdims_shape, reduced_mask,
                     result_dtypes, split_out, warn_empty, writable_target)
 from ._config import team_size
 
@@ -164,29 +164,44 @@ def _pass_operands(dy, x, mean, rstd, gamma):
     return dy, x, mean, rstd, gamma
 
 
-def backward_sums(dy, x, axes, mean, rstd, gamma, mode):
+def backward_sums(dy, x, axes, mean, rstd, gamma, mode, where=None):
     """A gradient's first pass alone, over a part of each slice (a Dask
     chunk): (A, B) in the statistics' layout and (dgamma, dbeta) in
-    gamma's, float64 (mean None: RMS, no centring)."""
+    gamma's, float64 (mean None: RMS, no centring); over the selected
+    values with where (a bool array of x.ndim dimensions)."""
     dy, x, mean, rstd, gamma = _pass_operands(dy, x, mean, rstd, gamma)
     a, b = np.empty(rstd.shape), np.empty(rstd.shape)
     dg, db = np.empty(gamma.shape), np.empty(gamma.shape)
     k = _simd.kernels
+    if where is not None:
+        sums = np.empty((2,) + gamma.shape)
+        k.masked_backward(dy, x, None, gamma, mean, rstd, sums, as_where(where, x.shape),
+                          reduced_mask(axes, x.ndim), k.GRAD_MODES[mode], team_size(),
+                          slice_sums=(a, b, np.empty(rstd.shape)))
+        return a, b, sums[0], sums[1]
     k.backward_sums(dy, x, gamma, mean, rstd, a, b, dg, db, reduced_mask(axes, x.ndim),
                     k.GRAD_MODES[mode], team_size())
     return a, b, dg, db
 
 
-def backward_dx(dy, x, axes, mean, rstd, gamma, mode, a, b, n):
+def backward_dx(dy, x, axes, mean, rstd, gamma, mode, a, b, n, where=None):
     """A gradient's second pass alone: dx in x's dtype from each slice's
     sums A and B over all its n values (None where the mode has none: A
-    for RMS, both in eval)."""
+    for RMS, both in eval); with where, n is each slice's count of selected
+    values (keepdims layout) and dx is 0 elsewhere."""
     dy, x, mean, rstd, gamma = _pass_operands(dy, x, mean, rstd, gamma)
     a = np.zeros_like(rstd) if a is None else kernel_operand(a)
     b = np.zeros_like(rstd) if b is None else kernel_operand(b)
+    k = _simd.kernels
+    if where is not None:
+        dx = np.zeros(x.shape, x.dtype)
+        k.masked_backward(dy, x, dx, gamma, mean, rstd, np.empty((2,) + gamma.shape),
+                          as_where(where, x.shape), reduced_mask(axes, x.ndim),
+                          k.GRAD_MODES[mode], team_size(),
+                          slice_sums=(a, b, kernel_operand(np.broadcast_to(n, rstd.shape))))
+        return dx
     dx = np.empty_like(x)
     unused = np.empty(gamma.shape)
-    k = _simd.kernels
     k.backward(dy, x, dx, gamma, mean, rstd, unused, unused.copy(), reduced_mask(axes, x.ndim),
                k.GRAD_MODES[mode], team_size(), True, sums=(a, b), n=float(n))
     return dx

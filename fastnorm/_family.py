@@ -10,6 +10,7 @@ from numpy.exceptions import AxisError
 from ._args import (as_input, axes_tuple, check_eps, check_out, keepdims_shape, param,
                     result_dtypes, split_out)
 from ._call import deliver, normalize
+from ._where import keeps_subclass
 from ._lazy import any_dask, via_dask
 
 
@@ -85,6 +86,7 @@ class Groups:
         return stat.reshape(self.stat_shape)
 
 
+@keeps_subclass
 def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5,
                out=None, dtype=None, return_stats=False):
     """Group normalization (Wu & He): statistics per sample and per group of
@@ -105,7 +107,7 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
         The channel axis (default 1; -1 for channels-last).  Not 0, which is
         the batch axis.
     eps : float, optional
-        Added to the variance.
+        Added to the variance.  Finite and >= 0, else ValueError.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype; with ``return_stats`` a
         tuple ``(y, mean, rstd)``.  Not with Dask arrays (TypeError).
@@ -163,6 +165,7 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
             deliver(grp.stats_out(rstd), sdt, outs[2], "out[2]"))
 
 
+@keeps_subclass
 def instance_norm(x, gamma=None, beta=None, *, channel_axis=1, eps=1e-5, out=None,
                   dtype=None, return_stats=False):
     """Instance normalization: statistics per sample and per channel, over
@@ -198,6 +201,7 @@ def _all_but_first(axis, ndim):
     return tuple(range(1, ndim)) if axis is None else axes_tuple(axis, ndim)
 
 
+@keeps_subclass
 def weight_norm(v, g=None, *, axis=None, return_norm=False):
     """Weight normalization (Salimans & Kingma): ``w = g * v / ||v||``.
 
@@ -251,10 +255,13 @@ def weight_norm(v, g=None, *, axis=None, return_norm=False):
     return w, np.asarray(np.sqrt(mean_sq * n), dtype=sdt)
 
 
+@keeps_subclass
 def weight_standardize(w, *, axis=None, eps=1e-5):
     """Weight standardization (Qiao et al.): ``(w - mean) / sqrt(var + eps)``
     over ``axis``, by default every axis but 0 (one standardization per output
-    channel of a convolution kernel ``(out, in, kh, kw)``).
+    channel of a convolution kernel ``(out, in, kh, kw)``).  ``eps`` must be
+    finite and >= 0 (ValueError).  An ndarray subclass comes back through
+    its ``__array_wrap__``.
 
     Examples
     --------

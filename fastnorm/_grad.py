@@ -16,7 +16,7 @@ from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
 from ._call import backward, kernel_operand
 from ._family import Groups
 from ._lazy import any_dask, via_dask
-from ._where import Input, as_where
+from ._where import Input, as_where, keeps_subclass
 
 _CENTER = _simd.kernels.GRAD_MODES["center"]
 _RMS = _simd.kernels.GRAD_MODES["rms"]
@@ -270,6 +270,7 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
             _param_grad(db, shape, pdt, outs[2]))
 
 
+@keeps_subclass
 def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_axis=1,
                         out=None):
     """Gradients of ``group_norm``: ``(dx, dgamma, dbeta)``, dgamma and dbeta

@@ -29,6 +29,6 @@ def via_dask(func, arguments):
     call's arguments by name (the function's ``locals()``: names that are
     not parameters of `func` are left out)."""
     from ._dask import api as _dask
-    code = func.__code__
+    code = getattr(func, "__wrapped__", func).__code__     # past keeps_subclass
     names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
     return getattr(_dask, func.__name__)(**{k: arguments[k] for k in names})

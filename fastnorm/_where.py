@@ -1,32 +1,14 @@
 """What a call computes over and what its results come back as: where=,
 masked arrays, ndarray subclasses, and the array-likes refused because
 converting them would drop what they carry."""
+import functools
+
 import numpy as np
 
-from ._args import keepdims_shape, refuse_lossy
+from ._args import as_where, keepdims_shape, refuse_lossy
 from ._call import deliver
 
-__all__ = ["Input", "Selection", "as_where", "wrap_like"]
-
-
-def as_where(where, shape):
-    """where= as the kernels read it: None when it selects everything (None
-    or True), else a boolean array broadcast to `shape` (no copy), viewed
-    as bytes.  Non-boolean masks are refused as NumPy refuses them."""
-    if where is None or where is True:
-        return None
-    w = np.asarray(where)
-    if w.dtype != np.bool_:
-        raise TypeError(f"where must be a boolean array_like, got dtype {w.dtype} "
-                        "(NumPy's where= takes booleans only)")
-    if w.ndim > len(shape):
-        raise ValueError(f"where of shape {w.shape} has more dimensions than x {shape}")
-    try:
-        w = np.broadcast_to(w, shape)
-    except ValueError:
-        raise ValueError(f"where of shape {w.shape} does not broadcast to x's shape "
-                         f"{shape}") from None
-    return w.view(np.uint8)
+__all__ = ["Input", "Selection", "as_where", "keeps_subclass", "wrap_like"]
 
 
 class Input:
@@ -120,3 +102,31 @@ class Selection:
                 y = self.inp.wrap(y)
             stats = [s if o is not None else self.inp.wrap(s) for s, o in zip(stats, outs)]
         return (y, *stats) if want else y
+
+
+def _subclass_among(arrays):
+    for a in arrays:
+        if (type(a) is not np.ndarray and isinstance(a, np.ndarray)
+                and not isinstance(a, np.ma.MaskedArray)):
+            return a
+    return None
+
+
+def keeps_subclass(func):
+    """func's array results (other than the arrays given as out=) come back
+    through the __array_wrap__ of the ndarray subclass of its first or
+    second argument (a gradient's dy or x), as NumPy's functions return
+    them; plain ndarrays cost two type tests."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        result = func(*args, **kwargs)
+        like = _subclass_among(args[:2])
+        if like is None:
+            return result
+        given = kwargs.get("out")
+        given = given if isinstance(given, tuple) else (given,)
+
+        def wrap(r):
+            return r if any(r is o for o in given) else wrap_like(like, r)
+        return tuple(wrap(r) for r in result) if isinstance(result, tuple) else wrap(result)
+    return wrapper

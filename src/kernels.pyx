@@ -194,30 +194,50 @@ def masked_forward(cnp.ndarray x, cnp.ndarray where, y, gamma, beta, s0, s1, s2,
         raise MemoryError("fastnorm: could not allocate scratch memory")
 
 
-def masked_backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
+def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,
                     cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray sums, cnp.ndarray where,
-                    tuple reduced, int mode, int nthreads, bint explain=False):
+                    tuple reduced, int mode, int nthreads, bint explain=False,
+                    slice_sums=None):
     """A backward call over the values where `where` is nonzero (backward's
     arguments; where as for masked_forward).  dx is written at the selected
     positions alone; sums (C-contiguous float64, 2 x gamma.size) gets
-    dgamma, then dbeta.  explain: the route as a dict, nothing run."""
+    dgamma, then dbeta.  slice_sums (the Dask path): (A, B, n), C-contiguous
+    float64 in the statistics' layout: with dx None they receive each
+    slice's sums over this part of it (pass 1 alone); with dx, dx comes from
+    them (pass 2 alone).  explain: the route as a dict, nothing run."""
     cdef Layout L
     cdef Route R
     cdef MaskedGrad G
-    cdef int rc, in_code = type_code(x), out_code = type_code(dx)
+    cdef Py_ssize_t sshift
+    cdef int k, rc, in_code = type_code(x), out_code = in_code if dx is None else type_code(dx)
     if type_code(dy) != in_code:
         raise TypeError("dy and x must have the same dtype")
     if cnp.PyArray_ITEMSIZE(where) != 1 or where.ndim != x.ndim:
         raise ValueError("fastnorm: the mask is one byte an element, of x's dimensions")
     if not (cnp.PyArray_ISCARRAY(sums) and cnp.PyArray_TYPE(sums) == cnp.NPY_DOUBLE
-            and cnp.PyArray_SIZE(sums) == 2 * gamma.size and cnp.PyArray_ISCARRAY(gamma)):
+            and cnp.PyArray_SIZE(sums) == 2 * gamma.size
+            and cnp.PyArray_IS_C_CONTIGUOUS(gamma) and cnp.PyArray_ISALIGNED(gamma)):
         raise ValueError("fastnorm: sums are 2 x gamma.size C-contiguous doubles")
+    if dx is None and slice_sums is None:
+        raise ValueError("masked_backward: dx is written unless the sums alone are asked for")
     make_layout(&L, x, (dx, gamma, dy, mean, rstd, None), reduced, None, where)
-    route_masked(&R, &L, nthreads, dx.nbytes)
+    route_masked(&R, &L, nthreads, 0 if dx is None else dx.nbytes)
     if explain:
         return route_dict(&R, &L)
     G.L = &L
     G.mode = mode
+    G.phase = PHASE_BOTH
+    if slice_sums is not None:
+        G.phase = PHASE_SUMS if dx is None else PHASE_DX
+        sshift = L.stat[0] - <char*>cnp.PyArray_DATA(mean)
+        for k in range(3):
+            a = slice_sums[k]
+            if not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
+                    and cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_SIZE(a) == mean.size
+                    and (dx is not None or cnp.PyArray_ISWRITEABLE(a))):
+                raise ValueError("masked_backward: slice sums are C-contiguous doubles "
+                                 "of the statistics' size")
+            G.sums[k] = <char*>cnp.PyArray_DATA(<cnp.ndarray>a) + sshift
     G.gshift = L.base[OP_G] - <char*>cnp.PyArray_DATA(gamma)
     G.n_param = gamma.size
     G.partial = <double*>cnp.PyArray_DATA(sums)

@@ -229,9 +229,26 @@ cdef int masked_run_in(const Layout* L, int nthreads, int mode, double eps, bint
 cdef struct MaskedGrad:
     const Layout* L
     int mode
+    int phase                 # backward.pxi's PHASE_BOTH, PHASE_SUMS, PHASE_DX
     Py_ssize_t gshift         # bytes from gamma's data to L.base[OP_G]
     Py_ssize_t n_param
     double* partial           # the result: dgamma, then dbeta (n_param each)
+    char* sums[3]             # PHASE_SUMS, PHASE_DX: each slice's A, B and n at
+                              # the statistics' offsets (OP_S)
+
+
+cdef inline bint sums_kept(const MaskedGrad* G, Py_ssize_t off, double* acc) noexcept nogil:
+    """After pass 1, or instead of it: a slice's A, B, n from or to the
+    given arrays; whether pass 2 (dx) follows."""
+    cdef int k
+    if G.phase == PHASE_BOTH:
+        return True
+    for k in range(3):
+        if G.phase == PHASE_SUMS:
+            (<double*>(G.sums[k] + off))[0] = acc[k]
+        else:
+            acc[k] = (<const double*>(G.sums[k] + off))[0]
+    return G.phase == PHASE_DX
 
 
 cdef inline void grad_value(const MaskedGrad* G, double x, double dy, double g, double m,
@@ -275,6 +292,10 @@ cdef void masked_grad_slice(const MaskedGrad* G, Py_ssize_t si, double* part,
     rs = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
     acc[0] = acc[1] = acc[2] = 0.0
     for phase in range(2):
+        if phase == 0 and G.phase == PHASE_DX:
+            continue
+        if phase == 1 and not sums_kept(G, s.off[OP_S], acc):
+            break
         odo_init(&r, L.red, L.n_red - 1, 0)
         for ri in range(n_runs):
             px = L.base[OP_X] + s.off[OP_X] + r.off[OP_X]
@@ -310,6 +331,7 @@ cdef int masked_grad_columns(const MaskedGrad* G, Py_ssize_t item, double* part,
     cdef Py_ssize_t c0 = (item % n_tiles) * MASK_TILE
     cdef Py_ssize_t width = min(<Py_ssize_t>MASK_TILE, col.size - c0), ri, j, go
     cdef double* st = <double*>fn_calloc(5 * width, sizeof(double))   # A, B, n, m, r
+    cdef bint dx
     cdef Odometer o, r
     cdef const char* px
     cdef const char* pm
@@ -327,6 +349,14 @@ cdef int masked_grad_columns(const MaskedGrad* G, Py_ssize_t item, double* part,
         st[5 * j + 3] = (<const double*>(L.stat[0] + base[OP_S] + j * col.stride[OP_S]))[0]
         st[5 * j + 4] = (<const double*>(L.stat[1] + base[OP_S] + j * col.stride[OP_S]))[0]
     for phase in range(2):
+        if phase == 0 and G.phase == PHASE_DX:
+            continue
+        if phase == 1:
+            dx = False
+            for j in range(width):
+                dx = sums_kept(G, base[OP_S] + j * col.stride[OP_S], &st[5 * j])
+            if not dx:
+                break
         odo_init(&r, L.red, L.n_red, 0)
         for ri in range(L.slice_len):
             px = L.base[OP_X] + base[OP_X] + r.off[OP_X]

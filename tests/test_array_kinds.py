@@ -164,3 +164,25 @@ def test_functions_without_where_refuse_masked_values(func):
     x[0, 0, 0] = np.ma.masked
     with pytest.raises(TypeError, match="masked values"):
         func(x)
+
+
+@pytest.mark.parametrize("func", [lambda x, **kw: fastnorm.group_norm(x, 2, **kw),
+                                  fastnorm.instance_norm,
+                                  lambda x, **kw: fastnorm.weight_standardize(x),
+                                  lambda x, **kw: fastnorm.weight_norm(x)])
+def test_other_functions_keep_the_subclass(func):
+    x = Tagged(np.random.default_rng(10).standard_normal((3, 4, 5)), tag="kept")
+    y = func(x)
+    assert type(y) is Tagged and y.tag == np.add(x, 0).tag
+    out = np.empty(x.shape)
+    if func is fastnorm.instance_norm:
+        assert func(x, out=out) is out
+
+
+def test_gradients_keep_the_subclass():
+    x = Tagged(np.random.default_rng(13).standard_normal((3, 4, 5)))
+    y, m, r = fastnorm.group_norm(x, 2, return_stats=True)
+    dx, dg, db = fastnorm.group_norm_backward(np.asarray(y), x, m, r, 2)
+    assert type(dx) is Tagged
+    y, m, r = fastnorm.layer_norm(x, return_stats=True)
+    assert type(fastnorm.layer_norm_backward(np.asarray(y), x, m, r)[0]) is Tagged

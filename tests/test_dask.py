@@ -496,3 +496,26 @@ def test_where_batch_norm_running_statistics_on_dask():
     one[0, :, 0, 0] = True          # one selected value a channel
     with pytest.raises(ValueError, match="more than one selected"):
         fastnorm.batch_norm(b, running_mean=rm, running_var=rv, where=one)
+
+
+@pytest.mark.parametrize("chunks", list(CHUNKINGS.values()) + [FINE])
+def test_where_gradients_on_dask_match_numpy(chunks):
+    rng = np.random.default_rng(22)
+    dy = rng.standard_normal(X.shape)
+    b, bdy = da.from_array(X, chunks=chunks), da.from_array(dy, chunks=chunks)
+    g_c, g_t = rng.standard_normal(6), rng.standard_normal(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _, m, r = fastnorm.batch_norm(X, g_c, where=WHERE, return_stats=True)
+        _, lm, lr = fastnorm.layer_norm(X, g_t, where=WHERE, return_stats=True)
+        _, rr = fastnorm.rms_norm(X, g_t, where=WHERE, return_stats=True)
+        cases = [
+            lambda d, a: fastnorm.batch_norm_backward(d, a, m, r, g_c, where=WHERE),
+            lambda d, a: fastnorm.batch_norm_backward(d, a, m, r, g_c, where=WHERE,
+                                                      training=False),
+            lambda d, a: fastnorm.layer_norm_backward(d, a, lm, lr, g_t, where=WHERE),
+            lambda d, a: fastnorm.rms_norm_backward(d, a, rr, g_t, where=WHERE),
+        ]
+        for func in cases:
+            for got, want in zip(dask.compute(*func(bdy, b)), func(dy, X)):
+                np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)

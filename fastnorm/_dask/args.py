@@ -80,8 +80,3 @@ def lazy_where(where, x):
     w = where if isinstance(where, da.Array) else np.asarray(where)
     return aligned(w.reshape((1,) * (x.ndim - w.ndim) + w.shape), x)
 
-
-def no_where(where):
-    if where is not None:
-        raise NotImplementedError("where= on the gradients of Dask arrays is not "
-                                  "supported yet")

@@ -21,8 +21,8 @@ import numpy as np
 from .. import _grad
 from . import tasks
 from .._args import axes_tuple, batch_axes, keepdims_shape
-from .args import aligned, conformed, lazy_array, lazy_input, no_out, no_where, stand_in
-from .graph import channel_param, chunkwise, per_chunk, whole_slices
+from .args import aligned, conformed, lazy_array, lazy_input, lazy_where, no_out, stand_in
+from .graph import channel_param, chunkwise, per_chunk, selected_count, whole_slices
 from .._family import Groups
 
 
@@ -48,75 +48,86 @@ def _gamma(gamma, x, along):
     return aligned(conformed(gamma, g), x), shape, _grad._param_dtype(gdt, x.dtype)
 
 
-def _count(x, axes):
-    return math.prod(x.shape[i] for i in axes)
+def _count(x, axes, where=None):
+    """Values per slice: a number, or with where each slice's selected ones."""
+    if where is None:
+        return math.prod(x.shape[i] for i in axes)
+    return selected_count(where, x, axes)
 
 
 def gradients(dy, x, mean, rstd, g, mode, axes, n, per_slice=None, numpy_func=None,
-              **kwargs):
+              where=None, **kwargs):
     """dx (x's dtype) and the float64 sums dgamma, dbeta in g's keepdims
     layout, for statistics over `axes` (n values per slice; mean None for
     RMS), from the kernels' two passes chunk by chunk.  per_slice turns
     per-chunk-axes sums into each slice's (group norm adds up channels);
     numpy_func(dy, x=, mean=, rstd=, gamma=, axis=axes, **kwargs) gives dx
-    of chunks that hold whole slices."""
+    of chunks that hold whole slices.  where (aligned with x): over the
+    selected values, n each slice's count of them."""
     shared = tuple(i for i, s in enumerate(g.shape) if s == 1)  # gamma broadcast along them
     sums = chunkwise(functools.partial(tasks.param_sums_block, axes=axes, mode=mode), dy,
-                     (x, mean, rstd, g), tasks.PARAM_SUMS, "param-sums", summed=shared)
+                     (x, mean, rstd, g, where), tasks.PARAM_SUMS, "param-sums", summed=shared)
     dgamma, dbeta = (sums[f].sum(axis=shared, keepdims=True) for f in ("dgamma", "dbeta"))
     if numpy_func is not None and whole_slices(x, axes):
         stats = {"rstd": rstd} if mean is None else {"mean": mean, "rstd": rstd}
-        dx = per_chunk(numpy_func, dy, dict(x=x, **stats, gamma=g), x.dtype, index=0,
-                       axis=axes, **kwargs)
+        dx = per_chunk(numpy_func, dy, dict(x=x, **stats, gamma=g, where=where), x.dtype,
+                       index=0, axis=axes, **kwargs)
         return dx, dgamma, dbeta
     a = b = None
     if mode != "scale":
         parts = chunkwise(functools.partial(tasks.slice_sums_block, axes=axes, mode=mode), dy,
-                          (x, mean, rstd, g), tasks.SLICE_SUMS, "slice-sums", summed=axes)
+                          (x, mean, rstd, g, where), tasks.SLICE_SUMS, "slice-sums",
+                          summed=axes)
         a, b = (parts[f].sum(axis=axes, keepdims=True) for f in ("a", "b"))
         if per_slice is not None:
             a, b = per_slice(a), per_slice(b)
         a = a if mode == "center" else None
-    dx = chunkwise(functools.partial(tasks.dx_block, axes=axes, mode=mode, n=n,
-                                     out_dtype=x.dtype), dy,
-                   (x, mean, rstd, g, aligned(a, x), aligned(b, x)), x.dtype, "dx")
+    if where is None:
+        dx = chunkwise(functools.partial(tasks.dx_block, axes=axes, mode=mode, n=n,
+                                         out_dtype=x.dtype), dy,
+                       (x, mean, rstd, g, aligned(a, x), aligned(b, x)), x.dtype, "dx")
+    else:
+        dx = chunkwise(functools.partial(tasks.dx_block_where, axes=axes, mode=mode,
+                                         out_dtype=x.dtype), dy,
+                       (x, mean, rstd, g, aligned(a, x), aligned(b, x), aligned(n, x), where),
+                       x.dtype, "dx")
     return dx, dgamma, dbeta
 
 
 def layer_norm_backward(dy, x, mean, rstd, gamma, axis, out, where=None):
-    no_where(where)
     dy, x = _pair(dy, x)
+    where = lazy_where(where, x)
     axes = axes_tuple(axis, x.ndim)
     g, shape, pdt = _gamma(gamma, x, axes)
     mean, rstd = _stat(mean, "mean", x, axes), _stat(rstd, "rstd", x, axes)
     no_out(out)
-    dx, dg, db = gradients(dy, x, mean, rstd, g, "center", axes, _count(x, axes),
-                           numpy_func=_grad.layer_norm_backward)
+    dx, dg, db = gradients(dy, x, mean, rstd, g, "center", axes, _count(x, axes, where),
+                           where=where, numpy_func=_grad.layer_norm_backward)
     return dx, _grad._param_grad(dg, shape, pdt, None), _grad._param_grad(db, shape, pdt, None)
 
 
 def rms_norm_backward(dy, x, rstd, gamma, axis, out, where=None):
-    no_where(where)
     dy, x = _pair(dy, x)
+    where = lazy_where(where, x)
     axes = axes_tuple(axis, x.ndim)
     g, shape, pdt = _gamma(gamma, x, axes)
     rstd = _stat(rstd, "rstd", x, axes)
     no_out(out)
-    dx, dg, _ = gradients(dy, x, None, rstd, g, "rms", axes, _count(x, axes),
-                          numpy_func=_grad.rms_norm_backward)
+    dx, dg, _ = gradients(dy, x, None, rstd, g, "rms", axes, _count(x, axes, where),
+                          where=where, numpy_func=_grad.rms_norm_backward)
     return dx, _grad._param_grad(dg, shape, pdt, None)
 
 
 def batch_norm_backward(dy, x, mean, rstd, gamma, axis, training, out, where=None):
-    no_where(where)
     dy, x = _pair(dy, x)
+    where = lazy_where(where, x)
     axes = batch_axes(axis, x.ndim, "batch_norm_backward")
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     g, shape, pdt = _gamma(gamma, x, kept)
     mean, rstd = _stat(mean, "mean", x, axes), _stat(rstd, "rstd", x, axes)
     no_out(out)
     dx, dg, db = gradients(dy, x, mean, rstd, g, "center" if training else "scale", axes,
-                           _count(x, axes), numpy_func=_grad.batch_norm_backward,
+                           _count(x, axes, where), where=where, numpy_func=_grad.batch_norm_backward,
                            training=training)
     return dx, _grad._param_grad(dg, shape, pdt, None), _grad._param_grad(db, shape, pdt, None)
 

@@ -238,17 +238,19 @@ def _pack(fields, dtype):
     return out
 
 
-def slice_sums_block(dy, x, mean, rstd, gamma, *, axes, mode):
-    """SLICE_SUMS of one chunk over `axes` (mean None: RMS)."""
+def slice_sums_block(dy, x, mean, rstd, gamma, where=None, *, axes, mode):
+    """SLICE_SUMS of one chunk over `axes` (mean None: RMS), over the
+    selected values with where (the chunk's piece of the mask)."""
     with sharing_cores():
-        a, b, _, _ = backward_sums(dy, x, axes, mean, rstd, gamma, mode)
+        a, b, _, _ = backward_sums(dy, x, axes, mean, rstd, gamma, mode, where)
     return _pack((a, b), SLICE_SUMS)
 
 
-def param_sums_block(dy, x, mean, rstd, gamma, *, axes, mode):
-    """PARAM_SUMS of one chunk: sum(dy xhat) and sum(dy) per entry of gamma."""
+def param_sums_block(dy, x, mean, rstd, gamma, where=None, *, axes, mode):
+    """PARAM_SUMS of one chunk: sum(dy xhat) and sum(dy) per entry of gamma
+    (over the selected values with where)."""
     with sharing_cores():
-        _, _, dg, db = backward_sums(dy, x, axes, mean, rstd, gamma, mode)
+        _, _, dg, db = backward_sums(dy, x, axes, mean, rstd, gamma, mode, where)
     return _pack((dg, db), PARAM_SUMS)
 
 
@@ -257,6 +259,15 @@ def dx_block(dy, x, mean, rstd, gamma, a, b, *, axes, mode, n, out_dtype):
     values (None where the mode has none: A for RMS, both in eval)."""
     with sharing_cores():
         return backward_dx(dy, x, axes, mean, rstd, gamma, mode, a, b, n).astype(
+            out_dtype, copy=False)
+
+
+def dx_block_where(dy, x, mean, rstd, gamma, a, b, n, where, *, axes, mode, out_dtype):
+    """dx of one chunk at its selected positions (0 elsewhere) from its
+    slices' sums A and B and counts n over the selected values of all
+    their chunks."""
+    with sharing_cores():
+        return backward_dx(dy, x, axes, mean, rstd, gamma, mode, a, b, n, where).astype(
             out_dtype, copy=False)
 
 
