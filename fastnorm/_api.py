@@ -215,13 +215,8 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
         Also return ``rstd`` in keepdims layout (float32 for float16/float32
         results, float64 for float64).
     where : array_like of bool, optional
-        Elements to include, broadcast to x: each slice's statistics are
-        over its selected values, and y is written at the selected positions
-        alone: with ``out=`` the others keep their old values (as NumPy's
-        ufuncs do), a fresh y holds 0 there.  A slice with none selected is
-        an empty reduction (NaN statistics, RuntimeWarning).  A masked
-        array x selects its unmasked values, and y comes back masked where
-        x is (or where= is false).
+        Elements to include, broadcast to x, as in ``layer_norm``: the mean
+        of squares over the selected values, y written there alone.
 
     Returns
     -------

@@ -215,9 +215,27 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
     return y
 
 
+cdef bint result_array(object o, int ndim, const cnp.npy_intp* dims, int t):
+    """Whether o is an out= array the fast path writes directly: an ndarray
+    of type t and these dims, C-contiguous, aligned, writable, native."""
+    cdef cnp.ndarray a
+    cdef int i
+    if type(o) is not cnp.ndarray:
+        return False
+    a = <cnp.ndarray>o
+    if (cnp.PyArray_TYPE(a) != t or cnp.PyArray_NDIM(a) != ndim
+            or not cnp.PyArray_ISCARRAY(a) or not cnp.PyArray_ISNOTSWAPPED(a)):
+        return False
+    for i in range(ndim):
+        if cnp.PyArray_DIM(a, i) != dims[i]:
+            return False
+    return True
+
+
 def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
-    """(mean, var) over the last axis as mean_var returns them (dtype and
-    out None; an int ddof in [0, n), a bool keepdims), or None.  The kernel
+    """(mean, var) over the last axis as mean_var returns them (dtype None;
+    out None or two float32/float64 arrays the results go into as they are;
+    an int ddof in [0, n), a bool keepdims), or None.  The kernel
     writes the mean and M2 in float64; the division by n - ddof and the
     conversion to x's dtype follow here, in the order and rounding of the
     general path (NumPy's divide and astype; float16 through NumPy's cast,
@@ -231,8 +249,12 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     cdef double* qp
     cdef float* mo
     cdef float* vo
-    if (dtype is not None or out is not None or not behaved_float(x)
+    cdef double* dmo
+    cdef double* dvo
+    if (dtype is not None or not behaved_float(x)
             or type(ddof) is not int or type(keepdims) is not bool):
+        return None
+    if out is not None and not (type(out) is tuple and len(<tuple>out) == 2):
         return None
     xa = <cnp.ndarray>x
     ndim = cnp.PyArray_NDIM(xa)
@@ -246,6 +268,12 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     # keepdims' shape and the reduced one lay out the same values: the
     # kernel writes the former, the results may take the latter's dims.
     out_ndim = ndim if keepdims else ndim - 1
+    t = cnp.PyArray_TYPE(xa)
+    if out is not None and not (
+            (t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE)
+            and result_array((<tuple>out)[0], out_ndim, dims, t)
+            and result_array((<tuple>out)[1], out_ndim, dims, t)):
+        return None
     mean = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
     m2 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
     threads = threads_for(cnp.PyArray_SIZE(xa))
@@ -259,7 +287,25 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     qp = <double*>cnp.PyArray_DATA(m2)
     for i in range(count):
         qp[i] = qp[i] / div
-    t = cnp.PyArray_TYPE(xa)
+    if out is not None:
+        # Into the caller's arrays: the mean first, then the variance (an
+        # out that is both gets the variance, as copying them in would).
+        mean_out, var_out = (<tuple>out)[0], (<tuple>out)[1]
+        if t == cnp.NPY_FLOAT:
+            mo = <float*>cnp.PyArray_DATA(mean_out)
+            vo = <float*>cnp.PyArray_DATA(var_out)
+            for i in range(count):
+                mo[i] = <float>mp[i]
+            for i in range(count):
+                vo[i] = <float>qp[i]
+        else:
+            dmo = <double*>cnp.PyArray_DATA(mean_out)
+            dvo = <double*>cnp.PyArray_DATA(var_out)
+            for i in range(count):
+                dmo[i] = mp[i]
+            for i in range(count):
+                dvo[i] = qp[i]
+        return mean_out, var_out
     if t == cnp.NPY_FLOAT:
         mean_out = cnp.PyArray_EMPTY(out_ndim, dims, cnp.NPY_FLOAT, 0)
         var_out = cnp.PyArray_EMPTY(out_ndim, dims, cnp.NPY_FLOAT, 0)

@@ -295,6 +295,28 @@ def test_fast_mean_var_is_the_general_path(call, ddof, keepdims):
     assert fingerprint(x) == before, "x changed"
 
 
+@given(fast_calls(), st.sampled_from([0, 1]), st.booleans())
+def test_fast_mean_var_into_out_is_the_general_path(call, ddof, keepdims):
+    # A small call into out= costs no more than an allocating one: the
+    # fast path writes float32/float64 results straight into the arrays.
+    x, axis, _, _, _ = call
+    if x.shape[-1] <= ddof:
+        x = np.concatenate([x, x], axis=-1)
+    shape = x.shape[:-1] + ((1,) if keepdims else ())
+    out = (np.full(shape, 7, x.dtype), np.full(shape, 7, x.dtype))
+    route = TAKEN if x.dtype != np.float16 else LEFT
+    assert_route(route, fastnorm.mean_var, x, axis=axis, ddof=ddof, keepdims=keepdims, out=out)
+    got = fastnorm.mean_var(x, axis=axis, ddof=ddof, keepdims=keepdims, out=out)
+    assert got[0] is out[0] and got[1] is out[1]
+    general = fastnorm.mean_var(x, axis=(x.ndim - 1,), ddof=ddof, keepdims=keepdims)
+    for o, g, what in zip(out, general, ("mean", "var")):
+        assert_bitwise(o, np.asarray(g), f"fast {what} into out= against the general path")
+    strided = tuple(np.full(shape + (2,), 7, x.dtype)[..., 0] for _ in range(2))
+    if strided[0].size > 1:          # (one element: contiguous whatever its stride)
+        assert_route(LEFT, fastnorm.mean_var, x, axis=axis, ddof=ddof, keepdims=keepdims,
+                     out=strided)
+
+
 @pytest.mark.parametrize("what, kwargs", [
     ("another axis", dict(axis=0)),
     ("axis None", dict(axis=None)),
