@@ -84,13 +84,24 @@ cdef inline Coef state_finish(MaskedState* s, int mode, double eps, const Layout
     return finish(s.acc, s.pivot, mode, eps, L, off)
 
 
-cdef inline void masked_out(char* y, double v, Coef c, double g, double b,
+cdef struct Affine:
+    # A slice's output map ((x - m) * k2 + k0) * g + b (coefs.pxd's affine_d).
+    double m
+    double k2
+    double k0
+
+
+cdef inline Affine affine_of(Coef c) noexcept nogil:
+    cdef Affine a
+    affine_d(c, 1.0, 0.0, &a.m, &a.k2, &a.k0)
+    return a
+
+
+cdef inline void masked_out(char* y, double v, const Affine* a, double g, double b,
                             out_t* ko) noexcept nogil:
-    """One selected output: ((x - mean) * scale) * g + b, the mean in two
-    parts as the double output pass takes it (coefs.pxd)."""
-    cdef double m, k2, k0
-    affine_d(c, 1.0, 0.0, &m, &k2, &k0)
-    sstore(y, ((v - m) * k2 + k0) * g + b, ko)
+    """One selected output, the mean in two parts as the double output pass
+    takes it."""
+    sstore(y, ((v - a.m) * a.k2 + a.k0) * g + b, ko)
 
 
 cdef void masked_slice(const Layout* L, Py_ssize_t si, int mode, double eps, bint has_y,
@@ -98,7 +109,7 @@ cdef void masked_slice(const Layout* L, Py_ssize_t si, int mode, double eps, bin
     """SLICES: slice si's statistics, then its selected outputs."""
     cdef Odometer s, r
     cdef MaskedState st
-    cdef Coef c
+    cdef Affine c
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Py_ssize_t n_runs = L.slice_len // inner.size, ri, j
     cdef const char* px
@@ -125,12 +136,12 @@ cdef void masked_slice(const Layout* L, Py_ssize_t si, int mode, double eps, bin
                 for j in range(inner.size):
                     if pm[j * inner.stride[OP_M]]:
                         masked_out(py + j * inner.stride[OP_Y],
-                                   sload(px + j * inner.stride[OP_X], ki), c,
+                                   sload(px + j * inner.stride[OP_X], ki), &c,
                                    (<const double*>(pg + j * inner.stride[OP_G]))[0],
                                    (<const double*>(pb + j * inner.stride[OP_B]))[0], ko)
             odo_next(&r, L.red, L.n_red - 1)
         if phase == 0:
-            c = state_finish(&st, mode, eps, L, s.off[OP_S])
+            c = affine_of(state_finish(&st, mode, eps, L, s.off[OP_S]))
 
 
 cdef int masked_columns(const Layout* L, Py_ssize_t item, int mode, double eps, bint has_y,
@@ -142,7 +153,7 @@ cdef int masked_columns(const Layout* L, Py_ssize_t item, int mode, double eps, 
     cdef Py_ssize_t c0 = (item % n_tiles) * MASK_TILE
     cdef Py_ssize_t width = min(<Py_ssize_t>MASK_TILE, col.size - c0), ri, j
     cdef MaskedState* st = <MaskedState*>fn_malloc(width * sizeof(MaskedState))
-    cdef Coef* coef = <Coef*>fn_malloc(width * sizeof(Coef))
+    cdef Affine* coef = <Affine*>fn_malloc(width * sizeof(Affine))
     cdef Odometer o, r
     cdef const char* px
     cdef const char* pm
@@ -176,13 +187,14 @@ cdef int masked_columns(const Layout* L, Py_ssize_t item, int mode, double eps, 
                 for j in range(width):
                     if pm[j * col.stride[OP_M]]:
                         masked_out(py + j * col.stride[OP_Y],
-                                   sload(px + j * col.stride[OP_X], ki), coef[j],
+                                   sload(px + j * col.stride[OP_X], ki), &coef[j],
                                    (<const double*>(pg + j * col.stride[OP_G]))[0],
                                    (<const double*>(pb + j * col.stride[OP_B]))[0], ko)
             odo_next(&r, L.red, L.n_red)
         if phase == 0:
             for j in range(width):
-                coef[j] = state_finish(&st[j], mode, eps, L, base[OP_S] + j * col.stride[OP_S])
+                coef[j] = affine_of(state_finish(&st[j], mode, eps, L,
+                                                 base[OP_S] + j * col.stride[OP_S]))
     fn_free(st)
     fn_free(coef)
     return 0
