@@ -27,7 +27,8 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "bool")
 # Everything else NumPy has: fastnorm must refuse each with a TypeError.
 BAD_DTYPES = ("complex64", "complex128", "clongdouble", "longdouble", "object", "U3", "S3",
-              "datetime64[s]", "timedelta64[ms]", "f8,i4", "V8", "StringDType")
+              "datetime64[s]", "timedelta64[ms]", "f8,i4", "V8") + (
+    ("StringDType",) if hasattr(np.dtypes, "StringDType") else ())   # NumPy >= 2
 
 
 def make_dtype(name, swap=False):

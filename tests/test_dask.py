@@ -12,10 +12,14 @@ import numpy as np
 import pytest
 from numpy.exceptions import AxisError
 
-import dask
-import dask.array as da
-from dask.system import CPU_COUNT
-from distributed import Client, LocalCluster
+pytest.importorskip("dask.array", reason="Dask is an optional dependency: "
+                    "pip install '.[test,dask]' to run these tests")
+pytest.importorskip("distributed", reason="the Dask tests run on a distributed LocalCluster: "
+                    "pip install '.[test,dask]' to run them")
+import dask  # noqa: E402
+import dask.array as da  # noqa: E402
+from dask.system import CPU_COUNT  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
 
 import fastnorm
 import fastnorm._dask.tasks

@@ -47,6 +47,9 @@ from reference import (F16, F32, F64, OUT_TOL, assert_close,
                        tolerances)
 from strategies import make_values
 
+# The most dimensions an array may have in this NumPy.
+MAX_NDIM = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
+
 FUZZ_EXAMPLES = int(os.environ.get("FASTNORM_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=FUZZ_EXAMPLES or 200,
                 **({"derandomize": False} if FUZZ_EXAMPLES else {}))
@@ -149,8 +152,8 @@ class Example:
             if big:
                 shape = self.draw(big, "shape")
         elif max_nd >= 4 and self.flag("many dimensions", 0.05):
-            # Up to NumPy's 64, a few of them longer than 1.
-            nd = self.draw([5, 8, 16, 32, 64], "ndim")
+            # Up to NumPy's most (64; NumPy 1.x: 32), a few longer than 1.
+            nd = self.draw([n for n in (5, 8, 16, 32, 64) if n <= MAX_NDIM], "ndim")
             sides = [1] * nd
             for _ in range(self.data.draw(st.integers(0, 4), label="sides above 1")):
                 sides[self.data.draw(st.integers(0, nd - 1), label="axis")] = \
