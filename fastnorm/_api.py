@@ -339,6 +339,7 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     if (running_mean is None) != (running_var is None):
         raise ValueError("running_mean and running_var go together: give both or neither")
     n_stats = 2 if return_stats else 0
+    sel = Selection(inp, x, axes)
 
     if not training:
         if running_mean is None:
@@ -349,12 +350,10 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         mean = np.array(param(running_mean, "running_mean", x.shape, kept), order="C")
         var = param(running_var, "running_var", x.shape, kept)
         rstd = running_rstd(var, eps)
-        sel = Selection(inp, x, axes)
         y, (mean, rstd, _), sdt, outs = normalize(
             x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, given=(mean, rstd), **sel.kernel_args())
     else:
-        sel = Selection(inp, x, axes)
         n, momentum = check_training(x.shape, axes, momentum, sel.where)
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
