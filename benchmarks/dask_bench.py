@@ -15,7 +15,7 @@ The reduced axis 0 is chunked: statistics are merged across chunks.  Each
 figure is the median of a few repeats after one warm-up run.  Run from the
 repository root, with fastnorm installed with the dask extra:
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/dask_bench.py
+    python benchmarks/dask_bench.py
 
 This is a script, not part of the asv suite (it defines no benchmarks; it
 imports Dask only when run).

@@ -8,7 +8,7 @@ any strided array: ``mean_var``, ``layer_norm``, ``rms_norm``,
 ``rms_norm_backward``, ``batch_norm_backward`` and ``group_norm_backward``.
 Each takes Dask arrays too (any argument) and then returns lazy Dask arrays:
 the kernels run on each chunk, and statistics are merged across chunks in
-Dask's tree reduction (``pip install fastnorm[dask]``).
+Dask's tree reduction (``pip install 'numpy-fastnorm[dask]'``).
 ``show_config()`` says how this installation was built.
 """
 from ._version import __version__

@@ -33,14 +33,9 @@ SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fram
 
 # The levels this CPU runs (baseline is always built), at -O1: the checks
 # need the code paths, not their speed, and the build takes a third as long.
-flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
-has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
-LEVELS=""
-has avx2 fma bmi2 && LEVELS="avx2"
-has avx512f avx512bw avx512dq avx512vl && LEVELS="$LEVELS;avx512"
-LEVELS=${LEVELS#;}
+LEVELS=$(scripts/cpu_levels.sh)
 
-step "build with $SAN (-O1; levels: baseline${LEVELS:+;$LEVELS}) into build/asan ($VENV)"
+step "build with $SAN (-O1; levels: baseline;$LEVELS) into build/asan ($VENV)"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 LOG="$VENV/build.log"
 {
@@ -50,7 +45,7 @@ LOG="$VENV/build.log"
         -C build-dir=build/asan -C install.strip=false \
         -C cmake.define.CMAKE_C_COMPILER="$CC" \
         -C cmake.define.CMAKE_C_FLAGS="$SAN" \
-        -C cmake.define.FASTNORM_OPT=-O1 -C cmake.define.FASTNORM_LEVELS="${LEVELS:-none}" \
+        -C cmake.define.FASTNORM_OPT=-O1 -C cmake.define.FASTNORM_LEVELS="$LEVELS" \
         -C cmake.define.CMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" \
         -C cmake.define.CMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"
 } >"$LOG" 2>&1 || { tail -40 "$LOG"; fail "build (log: $LOG)"; }

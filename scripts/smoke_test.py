@@ -9,7 +9,7 @@ build.  Needs only NumPy.  Exits non-zero on any failure.
 
 --require-openmp     the build must have OpenMP (config()["openmp"] is True).
 --vendored-libgomp   (Linux, auditwheel-repaired wheels) the libgomp that is
-                     loaded is the copy inside the wheel (fastnorm.libs/),
+                     loaded is the copy inside the wheel (numpy_fastnorm.libs/),
                      not the system's; read from /proc/self/maps, so it does
                      not need threadpoolctl.
 
@@ -160,7 +160,7 @@ def main():
     if args.require_openmp:
         check(cfg["openmp"] is True, "built with OpenMP (config()['openmp'])")
     if args.vendored_libgomp:
-        libs = os.path.join(os.path.dirname(here), "fastnorm.libs")
+        libs = os.path.join(os.path.dirname(here), "numpy_fastnorm.libs")
         vendored = glob.glob(os.path.join(libs, "libgomp*.so*"))
         check(bool(vendored), f"the wheel vendors libgomp ({libs})")
         with open("/proc/self/maps") as f:

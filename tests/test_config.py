@@ -19,7 +19,7 @@ def test_public_names():
 
 def test_version_matches_metadata():
     assert isinstance(fastnorm.__version__, str)
-    assert fastnorm.__version__ == importlib.metadata.version("fastnorm")
+    assert fastnorm.__version__ == importlib.metadata.version("numpy-fastnorm")
 
 
 # A build without OpenMP runs every call on one thread and says so in
