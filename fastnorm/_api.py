@@ -42,22 +42,57 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
         Result dtype (float16, float32 or float64); default as ``np.mean``:
         x's float dtype, float64 for integers.  Accumulation is always float64.
     out : tuple of two ndarrays, optional
-        Arrays for (mean, var), of the result's shape and dtype.  Not with
-        Dask arrays (TypeError).
+        Arrays for (mean, var), of the result's shape and dtype (either may
+        be None: that result is a new array).  Not with Dask arrays
+        (TypeError).
     where : array_like of bool, optional
         Elements to include, broadcast to x (``np.var``'s ``where=``): each
         slice's statistics are over its selected values, ``n`` is their
-        number.  A slice with none gives NaN with a RuntimeWarning.
+        number.
 
     Returns
     -------
-    mean, var : ndarray or scalar
-        Shapes and dtypes as ``np.mean`` / ``np.var`` with the same
-        arguments.  An empty reduction gives NaN with a RuntimeWarning.
-        A masked array gives masked arrays, statistics over its unmasked
-        values, masked where a slice has none (as ``np.ma.mean`` /
-        ``np.ma.var``); an ndarray subclass comes back through its
-        ``__array_wrap__``, as from ``np.mean``.
+    mean : ndarray or scalar
+        Shape and dtype as ``np.mean`` with the same arguments (``out[0]``
+        when given).
+    var : ndarray or scalar
+        Shape and dtype as ``np.var`` with the same arguments (``out[1]``
+        when given).  For both: a slice that holds a NaN or inf gets NaN
+        (``np.mean`` would say +-inf for an inf of one sign).  A masked
+        array gives masked arrays, statistics over its unmasked values,
+        masked where a slice has none (as ``np.ma.mean`` / ``np.ma.var``);
+        an ndarray subclass comes back through its ``__array_wrap__``, as
+        from ``np.mean``.
+
+    Raises
+    ------
+    TypeError
+        x of another dtype than real numbers (complex, object, datetime,
+        long double), ``dtype`` not float16, float32 or float64, an axis
+        that is not an integer, ``out`` not a tuple of two or holding
+        something other than an ndarray of the result's dtype, a
+        ``where`` that is not boolean, or an array type that converting
+        to an ndarray would strip of its meaning (units, device memory).
+    ValueError
+        A repeated axis, an ``out`` array of the wrong shape or read-only,
+        or a ``where`` that does not broadcast to x.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    Warns
+    -----
+    RuntimeWarning
+        A slice with no values (an empty reduction, or none selected): NaN
+        statistics there; or ``n - ddof <= 0``: an inf or NaN variance
+        there, as ``np.var`` gives.
+
+    See Also
+    --------
+    numpy.mean : The mean alone; the same ``axis``, ``keepdims``, ``dtype``
+        and ``where``.
+    numpy.var : The variance alone; the same ``ddof``.
+    layer_norm : Normalize with these statistics in the pass that takes them.
+    batch_norm : Per-feature statistics that also update running ones.
 
     Examples
     --------
@@ -68,6 +103,11 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
     array([1.5, 5.5, 9.5])
     >>> v
     array([1.25, 1.25, 1.25])
+    >>> m, v = fastnorm.mean_var(x, axis=1, where=x % 2 == 0)   # even values alone
+    >>> m
+    array([1., 5., 9.])
+    >>> v
+    array([1., 1., 1.])
     """
     if where is None:
         fast = _simd.kernels.fast_mean_var(x, axis, ddof, keepdims, dtype, out)
@@ -139,7 +179,7 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
         The normalized (reduced) axes; default -1.  ``None`` means all.
     eps : float, optional
         Added to the variance; ``rstd = 1 / sqrt(var + eps)``.  Finite and
-        >= 0, else ValueError.
+        >= 0.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype (``out=x`` works in place);
         with ``return_stats`` a tuple ``(y, mean, rstd)`` (entries may be None).
@@ -147,22 +187,55 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     dtype : dtype, optional
         Output dtype (float16, float32 or float64); default x's float dtype.
     return_stats : bool, optional
-        Also return ``mean`` and ``rstd`` in keepdims layout, float32 for
-        float16/float32 results and float64 for float64.
+        Also return ``mean`` and ``rstd``.
     where : array_like of bool, optional
         Elements to include, broadcast to x: each slice's statistics are
         over its selected values, and y is written at the selected positions
         alone: with ``out=`` the others keep their old values (as NumPy's
-        ufuncs do), a fresh y holds 0 there.  A slice with none selected is
-        an empty reduction (NaN statistics, RuntimeWarning).  A masked
-        array x selects its unmasked values, and y comes back masked where
-        x is (or where= is false).
+        ufuncs do), a fresh y holds 0 there.  A masked array x selects its
+        unmasked values, and y comes back masked where x is (or where= is
+        false).
 
     Returns
     -------
     y : ndarray
-        Or ``(y, mean, rstd)`` with ``return_stats=True``.  A slice that holds
-        a NaN or inf gives NaN there; a constant slice gives ``beta``.
+        The normalized x, of x's shape and the result dtype (``out``
+        itself when given).  A slice that holds a NaN or inf gives NaN
+        there; a constant slice gives ``beta`` (with ``eps > 0``; with 0 it
+        is 0/0, NaN).
+    mean, rstd : ndarray
+        With ``return_stats=True`` alone: each slice's mean and
+        ``1 / sqrt(var + eps)`` in keepdims layout (x's shape with the
+        normalized axes of size 1), float32 for float16/float32 results and
+        float64 for float64; ``layer_norm_backward`` takes them as they are.
+
+    Raises
+    ------
+    TypeError
+        x, gamma or beta not of real numbers, ``dtype`` not float16, float32
+        or float64, an axis that is not an integer, ``eps`` not a number,
+        ``out`` not an ndarray of the result dtype, a ``where`` that is not
+        boolean, or an array type that converting to an ndarray would strip
+        of its meaning (units, device memory).
+    ValueError
+        gamma or beta of the wrong shape, ``eps`` negative or not finite, a
+        repeated axis, ``out`` of the wrong shape (or tuple length) or
+        read-only, or a ``where`` that does not broadcast to x.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    Warns
+    -----
+    RuntimeWarning
+        A slice with no values (an empty normalized axis, or none selected):
+        NaN statistics there.
+
+    See Also
+    --------
+    layer_norm_backward : The gradients, from the statistics returned here.
+    rms_norm : The same without centring and bias.
+    group_norm : Statistics per sample and group of channels.
+    mean_var : The statistics alone.
 
     Examples
     --------
@@ -196,24 +269,29 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
              return_stats=False, where=None):
     """RMS normalization: ``x * rstd * gamma`` with ``rstd = 1/sqrt(mean(x**2) + eps)``.
 
+    Layer normalization without the centring and the bias (Zhang &
+    Sennrich): the statistic is the mean of squares over ``axis`` for each
+    index of the other axes, and the scaling and gain are applied in the
+    same pass.
+
     Parameters
     ----------
     x : array_like
-        Input, any layout.
+        Input, any layout (integers and bool are converted to float64).
     gamma : array_like, optional
         Gain of the normalized shape ``x.shape[axis]`` (or keepdims layout).
+        Default 1.
     axis : int or tuple of ints, optional
         Axes of the mean of squares; default -1.  ``None`` means all.
     eps : float, optional
-        Added to the mean of squares.  Finite and >= 0, else ValueError.
+        Added to the mean of squares.  Finite and >= 0.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype; with ``return_stats`` a
         tuple ``(y, rstd)``.  Not with Dask arrays (TypeError).
     dtype : dtype, optional
-        Output dtype; default x's float dtype.
+        Output dtype (float16, float32 or float64); default x's float dtype.
     return_stats : bool, optional
-        Also return ``rstd`` in keepdims layout (float32 for float16/float32
-        results, float64 for float64).
+        Also return ``rstd``.
     where : array_like of bool, optional
         Elements to include, broadcast to x, as in ``layer_norm``: the mean
         of squares over the selected values, y written there alone.
@@ -221,7 +299,40 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     Returns
     -------
     y : ndarray
-        Or ``(y, rstd)`` with ``return_stats=True``.
+        The normalized x, of x's shape and the result dtype (``out``
+        itself when given).  A slice that holds a NaN or inf gives NaN
+        there.
+    rstd : ndarray
+        With ``return_stats=True`` alone: in keepdims layout (float32 for
+        float16/float32 results, float64 for float64), as
+        ``rms_norm_backward`` takes it.
+
+    Raises
+    ------
+    TypeError
+        x or gamma not of real numbers, ``dtype`` not float16, float32 or
+        float64, an axis that is not an integer, ``eps`` not a number,
+        ``out`` not an ndarray of the result dtype, a ``where`` that is not
+        boolean, or an array type that converting to an ndarray would strip
+        of its meaning.
+    ValueError
+        gamma of the wrong shape, ``eps`` negative or not finite, a repeated
+        axis, ``out`` of the wrong shape (or tuple length) or read-only, or a
+        ``where`` that does not broadcast to x.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    Warns
+    -----
+    RuntimeWarning
+        A slice with no values (an empty normalized axis, or none selected):
+        NaN ``rstd`` there.
+
+    See Also
+    --------
+    rms_norm_backward : The gradients, from the ``rstd`` returned here.
+    layer_norm : With centring and bias.
+    weight_norm : Each output unit's norm instead of the mean of squares.
 
     Examples
     --------
@@ -252,32 +363,42 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
                dtype=None, return_stats=False, where=None):
     """Batch normalization, training (batch statistics) or eval (running ones).
 
+    Training normalizes each feature (each index of the kept axes, the
+    channels of ``(N, C, *)`` by default) with its mean and biased variance
+    over the batch axes, and updates the running statistics in place when
+    given; eval normalizes with the running statistics and computes none.
+
     Parameters
     ----------
     x : array_like
-        Input of shape ``(N, C, *)`` by default.
+        Input of shape ``(N, C, *)`` by default (integers and bool are
+        converted to float64).
     gamma, beta : array_like, optional
         Per-feature gain and bias, of the kept shape (``(C,)`` by default) or
-        keepdims layout (``(1, C, 1, 1)``).
+        keepdims layout (``(1, C, 1, 1)``).  Default: 1 and 0.
     running_mean, running_var : ndarray, optional
         Running statistics of the kept shape (or keepdims layout).  With
-        ``training=True`` they are updated **in place** (both or neither):
+        ``training=True`` they are updated **in place** (both or neither;
+        writable float16, float32 or float64 arrays that share no memory
+        with each other or ``out``):
         ``r_mean = (1 - momentum) * r_mean + momentum * mean`` and
         ``r_var = (1 - momentum) * r_var + momentum * var * n / (n - 1)``,
         n the number of values per feature (PyTorch's convention; with
         ``where=``, the selected ones).  An empty batch (n == 0) leaves them
         as they were; so does a feature with no selected value.  With
-        ``training=False`` they are required and used to normalize.  With a
-        Dask x, training computes the batch statistics during the call (one
-        pass over x) and updates these NumPy arrays before returning; y is
-        lazy and reads x once more when computed.
+        ``training=False`` they are required and used to normalize (any
+        real array_like then).  With a Dask x, training computes the batch
+        statistics during the call (one pass over x) and updates these NumPy
+        arrays before returning; y is lazy and reads x once more when
+        computed.
     training : bool, optional
         Normalize with the batch mean and biased variance (default), or with
         the running statistics in one pass that computes no statistics.
     momentum : float, optional
-        Weight of the new batch in the running statistics (default 0.1).
+        Weight of the new batch in the running statistics (default 0.1);
+        finite.  Not used with ``training=False``.
     eps : float, optional
-        Added to the variance.  Finite and >= 0, else ValueError.
+        Added to the variance.  Finite and >= 0.
     axis : int or tuple of ints, optional
         Reduced axes; default every axis but 1.  Use ``axis=(0, 1, 2)`` for
         channels-last NHWC, ``axis=0`` for (N, C).
@@ -286,10 +407,9 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         ``return_stats`` a tuple ``(y, mean, rstd)``.  Not with Dask arrays
         (TypeError).
     dtype : dtype, optional
-        Output dtype; default x's float dtype.
+        Output dtype (float16, float32 or float64); default x's float dtype.
     return_stats : bool, optional
-        Also return the ``mean`` and ``rstd`` used, in keepdims layout (an
-        empty batch: NaN, an empty reduction, with a RuntimeWarning).
+        Also return the ``mean`` and ``rstd`` used.
     where : array_like of bool, optional
         Elements to include, broadcast to x (``(N, T, 1)`` for padded
         sequences of shape ``(N, T, C)`` with ``axis=(0, 1)``): each
@@ -302,14 +422,48 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     Returns
     -------
     y : ndarray
-        Or ``(y, mean, rstd)`` with ``return_stats=True``.
+        The normalized x, of x's shape and the result dtype (``out``
+        itself when given).
+    mean, rstd : ndarray
+        With ``return_stats=True`` alone: the statistics y was normalized
+        with (in eval, the running mean and ``1 / sqrt(running_var + eps)``)
+        in keepdims layout (``(1, C, 1, 1)`` for NCHW), float32 for
+        float16/float32 results and float64 for float64;
+        ``batch_norm_backward`` takes them as they are.
 
     Raises
     ------
     ValueError
         Training with one value per feature (n == 1; with ``where=``, one
         selected value in some feature), eval without running statistics,
-        parameters of the wrong shape, or a negative eps.
+        one running statistic without the other, parameters of the wrong
+        shape, a negative or non-finite eps, a non-finite momentum, a
+        running statistic that is read-only or shares memory with another
+        written array, x of fewer than 2 dimensions with ``axis=None``, a
+        repeated axis, ``out`` of the wrong shape or read-only, or a
+        ``where`` that does not broadcast to x.
+    TypeError
+        x or a parameter not of real numbers, in training a running
+        statistic that is not a float ndarray, ``dtype`` not float16, float32
+        or float64, an axis that is not an integer, ``eps`` or ``momentum``
+        not a number, ``out`` not an ndarray of the result dtype, a
+        ``where`` that is not boolean, or an array type that converting to
+        an ndarray would strip of its meaning.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    Warns
+    -----
+    RuntimeWarning
+        Training on an empty batch (n == 0) or a feature with no selected
+        value: NaN statistics there.
+
+    See Also
+    --------
+    batch_norm_backward : The gradients, from the statistics returned here.
+    layer_norm : Statistics over the features of each sample instead.
+    group_norm : Statistics per sample and group of channels, for small batches.
+    mean_var : The batch statistics alone.
 
     Examples
     --------

@@ -77,6 +77,11 @@ def get_num_threads() -> int:
     int
         At least 1.
 
+    See Also
+    --------
+    set_num_threads : Set the count this returns.
+    show_config : The count with the rest of the build and runtime facts.
+
     Examples
     --------
     >>> import fastnorm
@@ -113,7 +118,8 @@ def set_num_threads(n) -> None:
     Parameters
     ----------
     n : int or None
-        n >= 1 threads; ``None`` goes back to following OpenMP.
+        The number of threads, at least 1; ``None`` goes back to following
+        OpenMP (``OMP_NUM_THREADS``, ``threadpoolctl.threadpool_limits``).
 
     Raises
     ------
@@ -121,6 +127,10 @@ def set_num_threads(n) -> None:
         n is not an integer (or None).
     ValueError
         n < 1.
+
+    See Also
+    --------
+    get_num_threads : The count the next call may use.
 
     Examples
     --------
@@ -190,6 +200,11 @@ def show_config() -> None:
     """Print version, compiler, OpenMP runtime, threads and SIMD path.
 
     ``fastnorm._config.config()`` returns the same facts as a dict.
+
+    See Also
+    --------
+    get_num_threads : The thread count alone.
+    explain : The route one call takes: SIMD level, threads, copies.
 
     Examples
     --------

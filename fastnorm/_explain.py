@@ -47,6 +47,11 @@ def kernel(route):
 def explain(func, *args, **kwargs):
     """The route ``func(*args, **kwargs)`` would take, without running it.
 
+    ``func`` itself is called, in a mode where its kernel call hands back
+    the route the kernels' planner chose instead of running; the checks,
+    conversions and copies before it run as they always do.  Nothing is
+    written: not the output, not ``out=``, not running statistics.
+
     Parameters
     ----------
     func : callable
@@ -78,7 +83,8 @@ def explain(func, *args, **kwargs):
 
     See Also
     --------
-    show_config : how this installation was built.
+    show_config : How this installation was built.
+    get_num_threads : The threads a call may use.
 
     Examples
     --------

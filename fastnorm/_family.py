@@ -89,46 +89,78 @@ class Groups:
 @keeps_subclass
 def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5,
                out=None, dtype=None, return_stats=False):
-    """Group normalization (Wu & He): statistics per sample and per group of
-    channels, over the channels of the group and every other axis but 0.
+    """Group normalization (Wu & He): statistics per sample and group of channels.
+
+    The channels are split into ``num_groups`` groups of consecutive
+    channels; each sample's groups are normalized with the mean and biased
+    variance over the channels of the group and every other axis but 0,
+    and the per-channel gain and bias are applied in the same pass.
 
     Parameters
     ----------
     x : array_like
         Input of shape ``(N, C, *)`` (or channels anywhere: ``channel_axis``).
-        Read in place in any layout; NCHW and NHWC alike need no copy.
+        Read in place in any layout; NCHW and NHWC alike need no copy
+        (integers and bool are converted to float64).
     num_groups : int
         Number of groups; must divide C.
     gamma, beta : array_like, optional
         Per-channel gain and bias of shape ``(C,)``, or in keepdims layout
         (x.ndim dimensions, ``(1, C, 1, 1)``, or ``(1, 1, 1, 1)`` for one
         value for every channel, as the other normalizations take it).
+        Default: 1 and 0.
     channel_axis : int, optional
         The channel axis (default 1; -1 for channels-last).  Not 0, which is
         the batch axis.
     eps : float, optional
-        Added to the variance.  Finite and >= 0, else ValueError.
+        Added to the variance.  Finite and >= 0.
     out : ndarray or tuple, optional
         Output of x's shape and the result dtype; with ``return_stats`` a
         tuple ``(y, mean, rstd)``.  Not with Dask arrays (TypeError).
     dtype : dtype, optional
-        Output dtype; default x's float dtype.
+        Output dtype (float16, float32 or float64); default x's float dtype.
     return_stats : bool, optional
-        Also return ``mean`` and ``rstd``: x's shape with the channel axis
-        holding the groups and every other axis but 0 of size 1 (``(N, G, 1,
-        1)`` for NCHW); float32 for float16/float32 results, float64 for
-        float64.  ``group_norm_backward`` takes them as they are.
+        Also return ``mean`` and ``rstd``.
 
     Returns
     -------
     y : ndarray
-        Or ``(y, mean, rstd)`` with ``return_stats=True``.
+        The normalized x, of x's shape and the result dtype (``out``
+        itself when given); an ndarray subclass other than a masked array
+        comes back through its ``__array_wrap__``.
+    mean, rstd : ndarray
+        With ``return_stats=True`` alone: x's shape with the channel axis
+        holding the groups and every other axis but 0 of size 1 (``(N, G, 1,
+        1)`` for NCHW); float32 for float16/float32 results, float64 for
+        float64.  ``group_norm_backward`` takes them as they are.
 
     Raises
     ------
     ValueError
-        ``C % num_groups != 0``, gamma/beta of the wrong shape, or x with
-        fewer than 2 dimensions.
+        ``C % num_groups != 0`` or ``num_groups < 1``, gamma/beta of the
+        wrong shape, x with fewer than 2 dimensions, ``channel_axis=0``,
+        ``eps`` negative or not finite, or ``out`` of the wrong shape or
+        read-only.
+    TypeError
+        ``num_groups`` or ``channel_axis`` not an integer, x, gamma or beta
+        not of real numbers (or x a masked array with masked values),
+        ``dtype`` not float16, float32 or float64, ``eps`` not a number, or
+        ``out`` not an ndarray of the result dtype.
+    numpy.exceptions.AxisError
+        ``channel_axis`` out of range (a ValueError too).
+
+    Warns
+    -----
+    RuntimeWarning
+        Groups with no values (x with an empty axis other than 0 and the
+        channel axis): NaN statistics there.
+
+    See Also
+    --------
+    group_norm_backward : The gradients, from the statistics returned here.
+    instance_norm : One channel per group.
+    layer_norm : Any axes; one group is layer_norm over every axis but 0.
+    batch_norm : Statistics per channel over the batch.
 
     Examples
     --------
@@ -168,11 +200,71 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
 @keeps_subclass
 def instance_norm(x, gamma=None, beta=None, *, channel_axis=1, eps=1e-5, out=None,
                   dtype=None, return_stats=False):
-    """Instance normalization: statistics per sample and per channel, over
-    every other axis but 0 (``group_norm`` with one channel per group).
+    """Instance normalization: statistics per sample and per channel.
 
-    Parameters are those of ``group_norm`` without ``num_groups``; the
-    statistics have shape ``(N, C, 1, 1)`` for NCHW and broadcast against x.
+    Each sample's channels are normalized with the mean and biased variance
+    over every other axis but 0: ``group_norm`` with one channel per group.
+
+    Parameters
+    ----------
+    x : array_like
+        Input of shape ``(N, C, *)`` (or channels anywhere: ``channel_axis``),
+        read in place in any layout (integers and bool are converted to
+        float64).
+    gamma, beta : array_like, optional
+        Per-channel gain and bias of shape ``(C,)`` or in keepdims layout,
+        as ``group_norm`` takes them.  Default: 1 and 0.
+    channel_axis : int, optional
+        The channel axis (default 1; -1 for channels-last).  Not 0, which is
+        the batch axis.
+    eps : float, optional
+        Added to the variance.  Finite and >= 0.
+    out : ndarray or tuple, optional
+        Output of x's shape and the result dtype; with ``return_stats`` a
+        tuple ``(y, mean, rstd)``.  Not with Dask arrays (TypeError).
+    dtype : dtype, optional
+        Output dtype (float16, float32 or float64); default x's float dtype.
+    return_stats : bool, optional
+        Also return ``mean`` and ``rstd``.
+
+    Returns
+    -------
+    y : ndarray
+        The normalized x, of x's shape and the result dtype (``out``
+        itself when given); an ndarray subclass other than a masked array
+        comes back through its ``__array_wrap__``.
+    mean, rstd : ndarray
+        With ``return_stats=True`` alone: x's shape with every axis but 0
+        and the channel axis of size 1 (``(N, C, 1, 1)`` for NCHW), which
+        broadcasts against x; float32 for float16/float32 results, float64
+        for float64.  ``group_norm_backward`` with ``num_groups=C`` takes
+        them as they are.
+
+    Raises
+    ------
+    ValueError
+        x with fewer than 2 dimensions, ``channel_axis=0``, gamma/beta of the
+        wrong shape, ``eps`` negative or not finite, or ``out`` of the wrong
+        shape or read-only.
+    TypeError
+        ``channel_axis`` not an integer, x, gamma or beta not of real numbers
+        (or x a masked array with masked values), ``dtype`` not float16,
+        float32 or float64, ``eps`` not a number, or ``out`` not an ndarray
+        of the result dtype.
+    numpy.exceptions.AxisError
+        ``channel_axis`` out of range (a ValueError too).
+
+    Warns
+    -----
+    RuntimeWarning
+        Channels with no values (x with an empty axis other than 0 and the
+        channel axis): NaN statistics there.
+
+    See Also
+    --------
+    group_norm : Statistics per group of channels; the parameters are its own.
+    group_norm_backward : The gradients, with ``num_groups`` the number of channels.
+    layer_norm : Statistics over any axes.
 
     Examples
     --------
@@ -181,6 +273,10 @@ def instance_norm(x, gamma=None, beta=None, *, channel_axis=1, eps=1e-5, out=Non
     >>> fastnorm.instance_norm(x, eps=0.0)
     array([[[-1.,  1.],
             [-1.,  1.]]])
+    >>> y, mean, rstd = fastnorm.instance_norm(x, eps=0.0, return_stats=True)
+    >>> dx, dgamma, dbeta = fastnorm.group_norm_backward(np.ones_like(x), x, mean, rstd, 2)
+    >>> dbeta
+    array([2., 2.])
     """
     if any_dask(x, gamma, beta):
         return via_dask(instance_norm, locals())
@@ -205,24 +301,54 @@ def _all_but_first(axis, ndim):
 def weight_norm(v, g=None, *, axis=None, return_norm=False):
     """Weight normalization (Salimans & Kingma): ``w = g * v / ||v||``.
 
+    One Euclidean norm per output unit, over ``axis``; each unit's direction
+    is rescaled to the norm ``g``.  It runs on the RMS normalization kernel
+    with eps 0 and gain ``g / sqrt(n)``, n the number of values in each
+    norm.
+
     Parameters
     ----------
     v : array_like
         The direction, e.g. ``(out_features, in_features)`` or
-        ``(out_channels, in_channels, kh, kw)``.
+        ``(out_channels, in_channels, kh, kw)`` (integers and bool are
+        converted to float64).
     g : array_like, optional
         The norm each output unit gets, of the kept shape (``(out,)`` by
         default) or keepdims layout.  Default 1 (unit-norm rows).
     axis : int or tuple of ints, optional
-        Axes of the norm; default every axis but 0 (one norm per output unit).
+        Axes of the norm; default every axis but 0 (one norm per output
+        unit; for a 1-D v, one per value: pass ``axis=0`` for the norm of
+        the whole vector).
     return_norm : bool, optional
-        Also return ``||v||`` in keepdims layout (float32 for float16/float32,
-        float64 for float64).
+        Also return ``||v||``.
 
     Returns
     -------
     w : ndarray
-        Or ``(w, norm)``.  A zero direction gives NaN, as ``v / ||v||`` does.
+        Of v's shape and float dtype (float64 for integers and bool); an
+        ndarray subclass other than a masked array comes back through its
+        ``__array_wrap__``.  A zero direction gives NaN, as ``v / ||v||``
+        does.
+    norm : ndarray
+        With ``return_norm=True`` alone: ``||v||`` in keepdims layout
+        (float32 for float16/float32, float64 for float64); 0 for an empty
+        direction.
+
+    Raises
+    ------
+    TypeError
+        v or g not of real numbers (or v a masked array with masked values),
+        or an axis that is not an integer.
+    ValueError
+        g of the wrong shape, or a repeated axis.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    See Also
+    --------
+    weight_standardize : Zero mean and unit variance per output unit instead.
+    rms_norm : The kernel this runs on: ``||v|| / sqrt(n)`` is the root mean square.
+    numpy.linalg.norm : The norms alone.
 
     Examples
     --------
@@ -230,6 +356,9 @@ def weight_norm(v, g=None, *, axis=None, return_norm=False):
     >>> fastnorm.weight_norm(np.array([[3.0, 4.0], [0.0, 2.0]]), g=np.array([10.0, 1.0]))
     array([[6., 8.],
            [0., 1.]])
+    >>> w, norm = fastnorm.weight_norm(np.array([3.0, 4.0]), axis=0, return_norm=True)
+    >>> w, norm
+    (array([0.6, 0.8]), array([5.]))
     """
     if any_dask(v, g):
         return via_dask(weight_norm, locals())
@@ -257,11 +386,53 @@ def weight_norm(v, g=None, *, axis=None, return_norm=False):
 
 @keeps_subclass
 def weight_standardize(w, *, axis=None, eps=1e-5):
-    """Weight standardization (Qiao et al.): ``(w - mean) / sqrt(var + eps)``
-    over ``axis``, by default every axis but 0 (one standardization per output
-    channel of a convolution kernel ``(out, in, kh, kw)``).  ``eps`` must be
-    finite and >= 0 (ValueError).  An ndarray subclass comes back through
-    its ``__array_wrap__``.
+    """Weight standardization (Qiao et al.): ``(w - mean) / sqrt(var + eps)``.
+
+    The mean and biased variance are taken over ``axis``, by default every
+    axis but 0: one standardization per output channel of a convolution
+    kernel ``(out, in, kh, kw)``, as ``layer_norm`` over those axes without
+    gain and bias.
+
+    Parameters
+    ----------
+    w : array_like
+        The weights, e.g. ``(out_channels, in_channels, kh, kw)`` (integers
+        and bool are converted to float64).
+    axis : int or tuple of ints, optional
+        Axes of each standardization; default every axis but 0 (for a 1-D
+        w, each value alone, which gives 0: pass ``axis=0`` to standardize
+        the whole vector).
+    eps : float, optional
+        Added to the variance (default 1e-5).  Finite and >= 0.
+
+    Returns
+    -------
+    ndarray
+        The standardized w, of w's shape and float dtype (float64 for
+        integers and bool); an ndarray subclass other than a masked array
+        comes back through its ``__array_wrap__``.  A constant slice gives 0
+        (with ``eps > 0``; with 0 it is 0/0, NaN).
+
+    Raises
+    ------
+    TypeError
+        w not of real numbers (or a masked array with masked values), an
+        axis that is not an integer, or ``eps`` not a number.
+    ValueError
+        ``eps`` negative or not finite, or a repeated axis.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    Warns
+    -----
+    RuntimeWarning
+        w with an empty axis among ``axis`` (an empty reduction, as
+        ``np.mean`` warns).
+
+    See Also
+    --------
+    weight_norm : Rescale each output unit's weights to a given norm instead.
+    layer_norm : The same statistics over any axes, with gain, bias and gradients.
 
     Examples
     --------

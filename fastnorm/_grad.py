@@ -140,6 +140,11 @@ def _param_grad(g, shape, dtype, out):
 def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None, where=None):
     """Gradients of ``layer_norm``.
 
+    Given dy, the gradient of the loss with respect to the forward's output,
+    the gradients with respect to x, gamma and beta, from the statistics the
+    forward returned (none is recomputed): per slice, one pass over dy and x
+    for its sums, and a second for dx while the slice is in cache.
+
     Parameters
     ----------
     dy : array_like
@@ -155,7 +160,7 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None, whe
     gamma : array_like, optional
         The forward's gain (None: ones).
     axis : int or tuple of ints, optional
-        The forward's normalized axes.
+        The forward's normalized axes (default -1; ``None`` means all).
     out : ndarray or tuple, optional
         Arrays for the results: dx alone, or ``(dx, dgamma, dbeta)`` (entries
         may be None), of the results' shapes and dtypes; ``out=dy`` or
@@ -169,10 +174,34 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None, whe
 
     Returns
     -------
-    dx, dgamma, dbeta : ndarray
-        dx in x's dtype (the wider of x's and dy's); dgamma and dbeta in
-        gamma's shape and float dtype (the normalized shape, float32 or
-        float64, when gamma is None), returned even when gamma is None.
+    dx : ndarray
+        Of x's shape, in x's dtype (the wider of x's and dy's: NumPy's
+        promotion of the two, float64 where that is not float16, float32 or
+        float64); ``out`` itself when given.
+    dgamma, dbeta : ndarray
+        In gamma's shape (the normalized shape when gamma is None) and, for
+        a float gamma, its dtype (else float32 for a float16/float32 dx,
+        float64 for float64); returned even when gamma is None.
+
+    Raises
+    ------
+    ValueError
+        dy not of x's shape, mean, rstd or gamma of the wrong shape, a
+        repeated axis, ``out`` of the wrong shape (or tuple length) or
+        read-only, or a ``where`` that does not broadcast to x.
+    TypeError
+        dy, x, mean, rstd or gamma not of real numbers, an axis that is not
+        an integer, ``out`` not an ndarray of the result's dtype, a
+        ``where`` that is not boolean, or an array type that converting to
+        an ndarray would strip of its meaning.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    See Also
+    --------
+    layer_norm : The forward, whose ``return_stats=True`` gives mean and rstd.
+    rms_norm_backward : The gradients of ``rms_norm``.
+    batch_norm_backward : The gradients of ``batch_norm``.
 
     Examples
     --------
@@ -204,9 +233,61 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None, whe
 def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None, where=None):
     """Gradients of ``rms_norm``: ``(dx, dgamma)``.
 
-    ``rstd`` is what ``rms_norm(..., return_stats=True)`` returned; the rest
-    (``where=`` included) as in ``layer_norm_backward`` (``out`` a tuple
-    ``(dx, dgamma)``).
+    As ``layer_norm_backward``, without the centring and the bias: from the
+    ``rstd`` the forward returned, one pass over dy and x for each slice's
+    sum, a second for dx.
+
+    Parameters
+    ----------
+    dy : array_like
+        Gradient of the loss with respect to the output, of x's shape.
+    x : array_like
+        The forward's input.
+    rstd : array_like
+        What ``rms_norm(..., return_stats=True)`` returned (keepdims layout;
+        the kept shape also works); float32 for float16/float32 input, with
+        the rounding ``layer_norm_backward`` describes.
+    gamma : array_like, optional
+        The forward's gain (None: ones).
+    axis : int or tuple of ints, optional
+        The forward's normalized axes (default -1; ``None`` means all).
+    out : ndarray or tuple, optional
+        Arrays for the results: dx alone, or ``(dx, dgamma)`` (entries may be
+        None), of the results' shapes and dtypes; ``out=dy`` or ``out=x``
+        works in place.  Not with Dask arrays (TypeError).
+    where : array_like of bool, optional
+        The forward's ``where=``, as in ``layer_norm_backward``: n, the sums
+        and dgamma over the selected values, dx written there alone; a
+        masked x (or dy) selects its unmasked values.
+
+    Returns
+    -------
+    dx : ndarray
+        Of x's shape, in x's dtype (the wider of x's and dy's, as in
+        ``layer_norm_backward``); ``out`` itself when given.
+    dgamma : ndarray
+        In gamma's shape (the normalized shape when gamma is None) and, for
+        a float gamma, its dtype (else float32 for a float16/float32 dx,
+        float64 for float64).
+
+    Raises
+    ------
+    ValueError
+        dy not of x's shape, rstd or gamma of the wrong shape, a repeated
+        axis, ``out`` of the wrong shape (or tuple length) or read-only, or a
+        ``where`` that does not broadcast to x.
+    TypeError
+        dy, x, rstd or gamma not of real numbers, an axis that is not an
+        integer, ``out`` not an ndarray of the result's dtype, a ``where``
+        that is not boolean, or an array type that converting to an ndarray
+        would strip of its meaning.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    See Also
+    --------
+    rms_norm : The forward, whose ``return_stats=True`` gives rstd.
+    layer_norm_backward : The gradients of ``layer_norm``.
 
     Examples
     --------
@@ -240,11 +321,64 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
 
     With ``training=True`` the gradient flows through the batch statistics;
     with ``training=False`` (statistics were the running ones, constants)
-    ``dx = dy * gamma * rstd``.  ``mean`` and ``rstd`` are what
-    ``batch_norm(..., return_stats=True)`` returned; ``axis`` as in
-    ``batch_norm`` (default every axis but 1); ``out`` and ``where`` as in
-    ``layer_norm_backward`` (``where``: the forward's; n is each feature's
-    number of selected values).
+    ``dx = dy * gamma * rstd``.  Both use the ``mean`` and ``rstd`` the
+    forward returned, in the passes of ``layer_norm_backward``.
+
+    Parameters
+    ----------
+    dy : array_like
+        Gradient of the loss with respect to the output, of x's shape.
+    x : array_like
+        The forward's input.
+    mean, rstd : array_like
+        What ``batch_norm(..., return_stats=True)`` returned (keepdims
+        layout; the kept shape also works).
+    gamma : array_like, optional
+        The forward's per-feature gain (None: ones).
+    axis : int or tuple of ints, optional
+        The forward's reduced axes, as in ``batch_norm`` (default every axis
+        but 1).
+    training : bool, optional
+        Whether the forward used the batch statistics (default) or the
+        running ones.
+    out : ndarray or tuple, optional
+        Arrays for the results: dx alone, or ``(dx, dgamma, dbeta)`` (entries
+        may be None), of the results' shapes and dtypes; ``out=dy`` or
+        ``out=x`` works in place.  Not with Dask arrays (TypeError).
+    where : array_like of bool, optional
+        The forward's ``where=``, as in ``layer_norm_backward``: n is each
+        feature's number of selected values, dx is written there alone; a
+        masked x (or dy) selects its unmasked values.
+
+    Returns
+    -------
+    dx : ndarray
+        Of x's shape, in x's dtype (the wider of x's and dy's, as in
+        ``layer_norm_backward``); ``out`` itself when given.
+    dgamma, dbeta : ndarray
+        In gamma's shape (the kept shape, ``(C,)`` by default, when gamma is
+        None) and, for a float gamma, its dtype (else float32 for a
+        float16/float32 dx, float64 for float64).
+
+    Raises
+    ------
+    ValueError
+        dy not of x's shape, mean, rstd or gamma of the wrong shape, x of
+        fewer than 2 dimensions with ``axis=None``, a repeated axis, ``out``
+        of the wrong shape (or tuple length) or read-only, or a ``where``
+        that does not broadcast to x.
+    TypeError
+        dy, x, mean, rstd or gamma not of real numbers, an axis that is not
+        an integer, ``out`` not an ndarray of the result's dtype, a
+        ``where`` that is not boolean, or an array type that converting to
+        an ndarray would strip of its meaning.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    See Also
+    --------
+    batch_norm : The forward, whose ``return_stats=True`` gives mean and rstd.
+    layer_norm_backward : The gradients of ``layer_norm``.
 
     Examples
     --------
@@ -273,10 +407,64 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
 @keeps_subclass
 def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_axis=1,
                         out=None):
-    """Gradients of ``group_norm``: ``(dx, dgamma, dbeta)``, dgamma and dbeta
-    of gamma's shape (``(C,)`` when gamma is None).  ``mean`` and ``rstd`` are what
-    ``group_norm(..., return_stats=True)`` returned; ``out`` as in
-    ``layer_norm_backward``.
+    """Gradients of ``group_norm``: ``(dx, dgamma, dbeta)``.
+
+    From the ``mean`` and ``rstd`` the forward returned, per sample and
+    group as ``layer_norm_backward`` computes per slice; also the gradients
+    of ``instance_norm``, with ``num_groups`` the number of channels.
+
+    Parameters
+    ----------
+    dy : array_like
+        Gradient of the loss with respect to the output, of x's shape.
+    x : array_like
+        The forward's input.
+    mean, rstd : array_like
+        What ``group_norm(..., return_stats=True)`` returned, in that shape
+        (``(N, G, 1, 1)`` for NCHW).
+    num_groups : int
+        The forward's number of groups.
+    gamma : array_like, optional
+        The forward's per-channel gain, ``(C,)`` or keepdims layout (None:
+        ones).
+    channel_axis : int, optional
+        The forward's channel axis (default 1).
+    out : ndarray or tuple, optional
+        Arrays for the results: dx alone, or ``(dx, dgamma, dbeta)`` (entries
+        may be None), of the results' shapes and dtypes; ``out=dy`` or
+        ``out=x`` works in place.  Not with Dask arrays (TypeError).
+
+    Returns
+    -------
+    dx : ndarray
+        Of x's shape, in x's dtype (the wider of x's and dy's, as in
+        ``layer_norm_backward``); ``out`` itself when given.
+    dgamma, dbeta : ndarray
+        In gamma's shape (``(C,)`` when gamma is None) and, for a float
+        gamma, its dtype (else float32 for a float16/float32 dx, float64 for
+        float64).  An ndarray subclass dy or x (other than a masked array)
+        gets all three results through its ``__array_wrap__``.
+
+    Raises
+    ------
+    ValueError
+        dy not of x's shape, mean or rstd not of the forward's statistics'
+        shape, gamma of the wrong shape, ``C % num_groups != 0`` or
+        ``num_groups < 1``, x with fewer than 2 dimensions,
+        ``channel_axis=0``, or ``out`` of the wrong shape (or tuple length)
+        or read-only.
+    TypeError
+        ``num_groups`` or ``channel_axis`` not an integer, dy, x, mean, rstd
+        or gamma not of real numbers (or dy or x a masked array with masked
+        values), or ``out`` not an ndarray of the result's dtype.
+    numpy.exceptions.AxisError
+        ``channel_axis`` out of range (a ValueError too).
+
+    See Also
+    --------
+    group_norm : The forward, whose ``return_stats=True`` gives mean and rstd.
+    instance_norm : Its gradients too, with one group per channel.
+    layer_norm_backward : The gradients of ``layer_norm``.
 
     Examples
     --------
