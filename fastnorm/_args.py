@@ -4,12 +4,16 @@ errors that name what is wrong."""
 import functools
 import math
 import operator
+import os
+import sys
 import warnings
 
 import numpy as np
 from numpy.exceptions import AxisError
 
 from . import _simd
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 from ._explain import copied
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -206,7 +210,7 @@ def check_training(x_shape, axes, momentum, where=None):
     return n, m
 
 
-def param(value, name, x_shape, along):
+def param(value, name, x_shape, along, x_name="x"):
     """A parameter (gamma, beta, running statistics) as float64 in keepdims
     layout: x.ndim dimensions, x's size along the axes in `along`, 1 elsewhere.
 
@@ -222,20 +226,20 @@ def param(value, name, x_shape, along):
     a = np.asarray(value)
     if a.dtype.kind not in "fiub":
         raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
-    check_param_shape(a.shape, name, x_shape, along)
+    check_param_shape(a.shape, name, x_shape, along, x_name)
     if a.shape == named:
         a = a.reshape(keep)
     return np.require(a, dtype=np.float64, requirements="A")
 
 
-def check_param_shape(shape, name, x_shape, along):
+def check_param_shape(shape, name, x_shape, along, x_name="x"):
     """ValueError unless `shape` is a parameter's (see param)."""
     named, keep = _param_shapes(tuple(x_shape), tuple(along))
     if shape == named or (len(shape) == len(x_shape) and all(
             s == 1 or (i in along and s == x_shape[i]) for i, s in enumerate(shape))):
         return
     raise ValueError(f"{name} has shape {shape}; expected {named} or "
-                     f"{keep} (keepdims layout) for x of shape {tuple(x_shape)}")
+                     f"{keep} (keepdims layout) for {x_name} of shape {tuple(x_shape)}")
 
 
 def float64_param(value, keep):
@@ -288,8 +292,9 @@ def split_out(out, n_results):
     if isinstance(out, tuple):
         if len(out) == n_results or len(out) == 1:
             return tuple(out) + (None,) * (n_results - len(out))
-        raise ValueError(f"out must be an array or a tuple of 1 or {n_results} "
-                         f"entries, got a tuple of {len(out)}")
+        allowed = "one array" if n_results == 1 else f"1 or {n_results} entries"
+        raise ValueError(f"out must be an array or a tuple of {allowed}, "
+                         f"got a tuple of {len(out)}")
     return (out,) + (None,) * (n_results - 1)
 
 
@@ -364,4 +369,9 @@ def detach(p, out):
 
 
 def warn_empty(what="Mean of empty slice"):
-    warnings.warn(what, RuntimeWarning, stacklevel=4)
+    # At the user's line, as NumPy's warning is, however deep in fastnorm
+    # the call that found the empty slice sits.
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(what, RuntimeWarning, stacklevel=level)

@@ -366,7 +366,7 @@ def weight_norm(v, g=None, *, axis=None, return_norm=False):
     axes = _all_but_first(axis, v.ndim)
     kept = tuple(i for i in range(v.ndim) if i not in axes)
     n = math.prod(v.shape[i] for i in axes)
-    gain = param(g, "g", v.shape, kept)
+    gain = param(g, "g", v.shape, kept, x_name="v")
     if n == 0:
         # Empty directions: nothing to normalize, and the norm of an empty
         # vector is 0 (as np.linalg.norm says).

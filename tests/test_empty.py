@@ -123,3 +123,18 @@ def test_gradients_of_empty_inputs():
     assert dx.shape == (0, 5) and dg.shape == db.shape == (5,)
     assert_close(dg, 0.0, 0)
     assert_close(db, 0.0, 0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: fastnorm.mean_var(np.empty((3, 0)), axis=1),
+    lambda: fastnorm.layer_norm(np.empty((3, 0))),
+    lambda: fastnorm.rms_norm(np.empty((3, 0))),
+    lambda: fastnorm.batch_norm(np.empty((0, 3))),
+    lambda: fastnorm.group_norm(np.empty((2, 4, 0)), 2),
+    lambda: fastnorm.layer_norm(np.ones((2, 3)), where=np.zeros((2, 1), bool)),
+], ids=["mean_var", "layer_norm", "rms_norm", "batch_norm", "group_norm", "where"])
+def test_empty_slice_warning_points_at_the_callers_line(call):
+    # As NumPy's does: the user's line, not a line inside fastnorm.
+    with pytest.warns(RuntimeWarning, match="empty slice") as record:
+        call()
+    assert {w.filename for w in record} == {__file__}

@@ -156,6 +156,9 @@ def test_weight_errors():
     for exc, call in cases:
         with pytest.raises(exc):
             call()
+    # The message names weight_norm's own argument.
+    with pytest.raises(ValueError, match=r"for v of shape \(4, 3, 2\)"):
+        fastnorm.weight_norm(v, np.ones(3))
 
 
 # --------------------------------------------------------------------------
