@@ -13,6 +13,9 @@ For each entry ``Op("layer_norm", ...)`` there are four classes:
   they give the speed-up and the memory saved; across commits they also show
   how much of a change is the machine (NumPy's code did not change).
 
+``Copy.time_copyto`` copies the same bytes: the floor of a call that reads
+its input and writes its output once.
+
 The input arrays are written once per run by ``setup_cache`` (shared by every
 class: they inherit the same function) into asv's cache directory, and each
 benchmark process loads only the array it needs.  Loading a saved array
@@ -146,6 +149,22 @@ def _make_classes(op):
         setup=setup_numpy_mem, **{f"peakmem_{op.name}": peakmem_numpy}))
 
     return fast_time, fast_mem, numpy_time, numpy_mem
+
+
+class Copy(_Inputs):
+    """np.copyto of the same bytes as a rows input, one thread: the yardstick
+    of a call that reads x once and writes y once.  Its code never changes,
+    so across commits it shows what is the machine."""
+    version = "1"
+    params = [list(_cases.DTYPES), list(_cases.SIZES)]
+    param_names = ["dtype", "size"]
+
+    def setup(self, names, dtype, size):
+        self.x = np.load(names["rows", size, dtype])
+        self.out = np.empty_like(self.x)
+
+    def time_copyto(self, names, dtype, size):
+        np.copyto(self.out, self.x)
 
 
 for _op in _cases.OPS:

@@ -1,1 +1,2 @@
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
+# Between releases, the next release's version with .dev0 (RELEASING.md).

@@ -45,7 +45,7 @@ required = ["pyproject.toml", "CMakeLists.txt", "README.md", "PKG-INFO",
 required += sorted("src/" + f for f in os.listdir(os.path.join(sys.argv[2], "src"))
                    if f.endswith((".pyx", ".pxd", ".pxi", ".h")))
 forbidden = [
-    (r"^(build|dist|wheelhouse|\.asv|\.venv|\.ci|\.git|\.hypothesis|\.pytest_cache)/", "build output, caches or CI files"),
+    (r"^(build|dist|wheelhouse|\.asv|\.venv[^/]*|\.ci|\.git|\.hypothesis|\.pytest_cache)/", "build output, caches or CI files"),
     (r"\.(c|so|pyd|o|whl|html)$", "generated or compiled files"),
     (r"(^|/)__pycache__/", "bytecode"),
 ]
