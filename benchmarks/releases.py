@@ -9,9 +9,9 @@ Run from the repository root, after the releases are benchmarked::
 
 ``compare`` runs ``asv compare`` on the last two lines of
 ``benchmarks/release-hashes.txt``; with one release recorded it compares that
-release with the current commit when that is benchmarked, and otherwise
-shows the release's own results (``asv show``).  Arguments after ``--`` go
-to asv (``--machine NAME``, ``--factor 1.1``, ``--split``).
+release with the newest commit of the branch benchmarked since, and without
+one shows the release's own results (``asv show``).  Arguments after ``--``
+go to asv compare (``--machine NAME``, ``--factor 1.1``, ``--split``).
 
 ``plot`` reads asv's result files (``.asv/results/MACHINE/*.json``) and
 draws, for each dtype, one panel per main case: the time per call of
@@ -129,29 +129,39 @@ def plot(points, dtype, path):
     plt.close(fig)
 
 
-def comparison(rel, head, head_benchmarked):
+def comparison(rel, newest):
     """(message, asv arguments) of `compare`: the last two releases; with one,
-    that release against the current commit if it is benchmarked, else the
-    release's own results."""
+    that release against `newest` (the newest benchmarked commit of the
+    branch, or None), else the release's own results."""
     if not rel:
         raise SystemExit(f"no release recorded in {HASHFILE}")
     if len(rel) >= 2:
         (old_v, old), (new_v, new) = rel[-2:]
         return f"asv compare: {old_v} ({old[:8]}) -> {new_v} ({new[:8]})", ["compare", old, new]
     version, commit = rel[0]
-    if head != commit and head_benchmarked:
-        return (f"one release recorded: {version} ({commit[:8]}) -> the current commit "
-                f"({head[:8]})", ["compare", commit, head])
+    if newest is not None and newest != commit:
+        return (f"one release recorded: {version} ({commit[:8]}) -> {newest[:8]}, the newest "
+                "commit benchmarked since", ["compare", commit, newest])
     return (f"one release recorded, {version} ({commit[:8]}), and nothing newer "
             "benchmarked to compare it with: its results", ["show", commit])
 
 
+def newest_benchmarked(directory, since):
+    """The newest commit of the current branch after `since` with results."""
+    prefixes = {os.path.basename(p)[:8] for p in glob.glob(os.path.join(directory, "*", "*-*.json"))}
+    for commit in git("rev-list", f"{since}..HEAD").split():
+        if commit[:8] in prefixes and load(directory, commit):
+            return commit
+    return None
+
+
 def cmd_compare(args):
-    head = git("rev-parse", "HEAD")
-    message, asv_args = comparison(releases(args.hashfile), head,
-                                   bool(load(args.results or results_dir(), head)))
+    rel = releases(args.hashfile)
+    newest = newest_benchmarked(args.results or results_dir(), rel[-1][1]) if rel else None
+    message, asv_args = comparison(rel, newest)
     print(message, flush=True)
-    return subprocess.call([sys.executable, "-m", "asv", *asv_args, *args.asv], cwd=ROOT)
+    extra = args.asv if asv_args[0] == "compare" else []
+    return subprocess.call([sys.executable, "-m", "asv", *asv_args, *extra], cwd=ROOT)
 
 
 def cmd_plot(args):

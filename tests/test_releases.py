@@ -155,16 +155,28 @@ def test_plot_says_which_release_has_no_results(tmp_path):
 
 def test_compare_takes_the_last_two_releases_or_the_first_alone():
     rel = _releases_module()
-    a, b, c, head = "a" * 40, "b" * 40, "c" * 40, "d" * 40
-    _, args = rel.comparison([("0.1.0", a), ("0.2.0", b), ("0.3.0", c)], head, True)
+    a, b, c, newer = "a" * 40, "b" * 40, "c" * 40, "d" * 40
+    _, args = rel.comparison([("0.1.0", a), ("0.2.0", b), ("0.3.0", c)], newer)
     assert args == ["compare", b, c]
-    _, args = rel.comparison([("0.1.0", a)], head, True)
-    assert args == ["compare", a, head]
-    for head_commit, benchmarked in ((head, False), (a, True)):
-        message, args = rel.comparison([("0.1.0", a)], head_commit, benchmarked)
-        assert args == ["show", a] and "one release" in message
+    _, args = rel.comparison([("0.1.0", a)], newer)
+    assert args == ["compare", a, newer]
+    message, args = rel.comparison([("0.1.0", a)], None)
+    assert args == ["show", a] and "one release" in message
     with pytest.raises(SystemExit, match="no release"):
-        rel.comparison([], head, True)
+        rel.comparison([], newer)
+
+
+def test_compare_finds_the_newest_benchmarked_commit_since_the_release(tmp_path):
+    rel = _releases_module()
+    release = _recorded()[-1]
+    assert rel.newest_benchmarked(str(tmp_path), release) is None
+    since = _git("rev-list", f"{release}..HEAD").stdout.split()
+    if not since:
+        pytest.skip("HEAD is the release commit")
+    _asv_results(tmp_path, since[-1], 0.001)
+    assert rel.newest_benchmarked(str(tmp_path), release) == since[-1]
+    _asv_results(tmp_path, since[0], 0.001)
+    assert rel.newest_benchmarked(str(tmp_path), release) == since[0]
 
 
 def test_releases_reads_each_version_at_its_commit():
