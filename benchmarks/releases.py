@@ -109,6 +109,7 @@ def plot(points, dtype, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     labels = [label for label, _ in points]
     fig, axes = plt.subplots(1, len(CASES), figsize=(3.4 * len(CASES), 3.6), sharey=False)
@@ -121,6 +122,9 @@ def plot(points, dtype, path):
         ax.set_xticks(range(len(labels)), labels, fontsize=8)
         ax.set_xlim(-0.5, len(labels) - 0.5)
         ax.set_yscale("log")
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.tick_params(axis="y", which="both", labelsize=7)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel(f"ms per call, {dtype}, 4 Mi values")
     axes[-1].legend(fontsize=7, loc="best")
@@ -171,7 +175,8 @@ def cmd_plot(args):
         points.append((version, load(directory, commit, args.machine)))
     for name in args.also:
         commit = git("rev-parse", name)
-        points.append((f"{name} ({commit[:7]})", load(directory, commit, args.machine)))
+        label = commit[:7] if commit.startswith(name) else f"{name} ({commit[:7]})"
+        points.append((label, load(directory, commit, args.machine)))
     missing = [label for label, values in points if not values]
     if missing:
         sys.exit(f"no asv results in {directory} for: {', '.join(missing)} "
