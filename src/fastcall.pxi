@@ -57,12 +57,52 @@ cdef inline bint behaved_float(object a):
 
 
 cdef inline bint last_axis(object axis, int ndim):
-    """Whether axis names the last axis of ndim: -1 or ndim - 1."""
+    """Whether axis names the last axis of ndim: -1 or ndim - 1, alone or
+    in a 1-tuple (every spelling of the call takes the same path)."""
     cdef Py_ssize_t a
+    if type(axis) is tuple and len(<tuple>axis) == 1:
+        axis = (<tuple>axis)[0]
     if type(axis) is not int:
         return False
     a = axis
     return a == -1 or a == ndim - 1
+
+
+cdef inline bint batch_axes(object axis, int ndim):
+    """Whether axis names every axis but 1 of ndim (batch_norm's default):
+    None, an int or a tuple of ints in any order and sign."""
+    cdef Py_ssize_t a
+    cdef unsigned long long seen = 0
+    if axis is None:
+        return True
+    if type(axis) is int:
+        axis = (axis,)
+    elif type(axis) is not tuple or ndim > 64:
+        return False
+    if len(<tuple>axis) != ndim - 1:
+        return False
+    for item in <tuple>axis:
+        if type(item) is not int:
+            return False
+        a = item
+        if a < 0:
+            a += ndim
+        if a < 0 or a >= ndim or a == 1 or (seen >> a) & 1:
+            return False
+        seen |= 1ULL << a
+    return True
+
+
+cdef inline bint eps_value(object eps, double* e):
+    """eps as a finite double >= 0 when it is a Python float or int (bool
+    excluded), else False: the general path checks the rest."""
+    if type(eps) is float:
+        e[0] = eps
+    elif type(eps) is int and 0 <= eps <= 1:
+        e[0] = <double>eps
+    else:
+        return False
+    return 0.0 <= e[0] <= DBL_MAX
 
 
 cdef inline bint overlap(cnp.ndarray a, cnp.ndarray b):
@@ -184,14 +224,11 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
     cdef bint fresh = out is None
     if dtype is not None or return_stats is not False:
         return None
-    if not behaved_float(x) or type(eps) is not float:
+    if not behaved_float(x) or not eps_value(eps, &e):
         return None
     xa = <cnp.ndarray>x
     ndim = cnp.PyArray_NDIM(xa)
     if ndim == 0 or cnp.PyArray_SIZE(xa) == 0 or not last_axis(axis, ndim):
-        return None
-    e = eps
-    if not (0.0 <= e <= DBL_MAX):
         return None
     n = cnp.PyArray_DIM(xa, ndim - 1)
     g = vector_param(gamma, n, ndim)
@@ -348,7 +385,7 @@ cdef bint running_buffer(object r, cnp.npy_intp c, bint updated):
 
 def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps,
                     axis, out, dtype, return_stats):
-    """batch_norm over every axis but 1 (axis None, or 0 of a matrix), y
+    """batch_norm over every axis but 1 (axis None, or those axes spelled out), y
     alone (dtype None, return_stats False), training (with more than one
     value a channel and a finite float momentum) or eval, or None."""
     cdef cnp.ndarray xa, y, s0, s1, s2 = None, rm, rv
@@ -362,17 +399,12 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     cdef tuple keep
     if dtype is not None or return_stats is not False:
         return None
-    if not behaved_float(x) or type(eps) is not float or type(training) is not bool:
+    if not behaved_float(x) or not eps_value(eps, &e) or type(training) is not bool:
         return None
     xa = <cnp.ndarray>x
     ndim = cnp.PyArray_NDIM(xa)
     train = training
-    if ndim < 2 or cnp.PyArray_SIZE(xa) == 0:
-        return None
-    e = eps
-    if not (0.0 <= e <= DBL_MAX):
-        return None
-    if axis is not None and not (type(axis) is int and ndim == 2 and (axis == 0 or axis == -2)):
+    if ndim < 2 or cnp.PyArray_SIZE(xa) == 0 or not batch_axes(axis, ndim):
         return None
     c = cnp.PyArray_DIM(xa, 1)
     n = cnp.PyArray_SIZE(xa) // c

@@ -1,5 +1,7 @@
 """The fast path's entries (src/fastcall.pxi) with the general path's
 argument defaults, for the tests that hold it against the general path."""
+import contextlib
+
 from fastnorm import _simd
 
 
@@ -21,3 +23,27 @@ def batch_norm_call(x, gamma, beta, running_mean, running_var, training, momentu
                     out):
     return _simd.kernels.fast_batch_norm(x, gamma, beta, running_mean, running_var,
                                              training, momentum, eps, axis, out, None, False)
+
+
+_ENTRIES = ("fast_norm", "fast_mean_var", "fast_norm_backward", "fast_batch_norm")
+
+
+@contextlib.contextmanager
+def general_path():
+    """Inside, every public call takes the general path: the fast path's
+    entries refuse everything, as they do the calls they are not for."""
+    k = _simd.kernels
+    saved = {name: getattr(k, name) for name in _ENTRIES}
+    try:
+        for name in _ENTRIES:
+            setattr(k, name, lambda *args: None)
+        yield
+    finally:
+        for name, entry in saved.items():
+            setattr(k, name, entry)
+
+
+def general(func, *args, **kwargs):
+    """func(*args, **kwargs) on the general path."""
+    with general_path():
+        return func(*args, **kwargs)

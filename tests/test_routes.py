@@ -16,6 +16,7 @@ The edges of each route (lengths, alignments, bounds, values float32 cannot
 hold) are in test_routes_slices.py, test_routes_images.py,
 test_routes_columns.py, test_routes_gradients.py and test_routes_output.py.
 """
+import contextlib
 import zlib
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ import fastnorm
 from reference import (OUT_TOL, assert_bitwise, assert_close, expand_param, ref_group_norm,
                        ref_group_norm_grads, ref_layer_norm, ref_mean_var, ref_norm_grads,
                        ref_rms_norm, ref_weight_norm, tiny)
+import fastpath
 from routes import assert_route
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -53,10 +55,19 @@ class Call:
     args: tuple
     kw: dict
     want: list = field(default_factory=list)
+    general: bool = False   # on the general path (a fast path call's partner)
+
+    def _path(self):
+        return fastpath.general_path() if self.general else contextlib.nullcontext()
 
     def run(self):
-        res = self.func(*self.args, **self.kw)
+        with self._path():
+            res = self.func(*self.args, **self.kw)
         return list(res) if isinstance(res, tuple) else [res]
+
+    def explain(self):
+        with self._path():
+            return fastnorm.explain(self.func, *self.args, **self.kw)
 
 
 # --------------------------------------------------------------------------
@@ -208,6 +219,10 @@ def _with(call, **kw):
     return Call(call.func, call.args, dict(call.kw, **kw), call.want)
 
 
+def _general(call):
+    return Call(call.func, call.args, call.kw, call.want, general=True)
+
+
 def _stats_too(call):
     return Call(call.func, call.args, dict(call.kw, return_stats=True), call.want)
 
@@ -241,8 +256,7 @@ ROUTES = [
     Route("rows, float32 pass over the rows as one run, in cache, fast path",
           R(SLICES, "rows", float32_pass=True, rows_pass=True, in_cache=True, fast_path=True,
             streams=False, threads=1),
-          1, lambda: layer("rows f32", (300, 64), F32),
-          lambda c: _with(c, axis=(1,))),
+          1, lambda: layer("rows f32", (300, 64), F32), _general),
     Route("rows, y alone against y with its statistics",
           R(SLICES, "rows", float32_pass=True, rows_pass=True),
           1, lambda: layer("rows f32 stats", (300, 64), F32, params=False), _stats_too),
@@ -313,8 +327,7 @@ ROUTES = [
           2, lambda: mean_var("tiles nhwc", (8, 16, 16, 40), F32, (0, 1, 2))),
     # gradients
     Route("gradient rows, fast path", R(SLICES, "rows", fast_path=True),
-          1, lambda: grad("grad rows", "layer", (300, 64), F32),
-          lambda c: _with(c, axis=(1,))),
+          1, lambda: grad("grad rows", "layer", (300, 64), F32), _general),
     Route("gradient rows, two threads", R(SLICES, "rows", threads=2),
           2, lambda: grad("grad rows threads", "layer", (4096, 64), F32)),
     Route("gradient rows of rms_norm", R(SLICES, "rows"),
@@ -366,8 +379,7 @@ def test_route(case):
     fastnorm.set_num_threads(case.threads)
     if case.partner is not None:
         partner = case.partner(case.build())
-        assert fastnorm.explain(partner.func, *partner.args, **partner.kw) != \
-            fastnorm.explain(call.func, *call.args, **call.kw), "the partner takes the same route"
+        assert partner.explain() != call.explain(), "the partner takes the same route"
         others.append(partner.run())
     for other in others:
         for k, (a, b) in enumerate(zip(got, other)):
