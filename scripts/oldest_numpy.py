@@ -5,30 +5,18 @@
 Reads the `numpy>=X` lines of `[project] dependencies` whose environment
 markers hold for the running interpreter (NumPy publishes wheels for a Python
 only from some version on, so the floor differs per Python).  Needs
-`packaging`; exits 1 when no such line exists.
+`packaging` (and `tomli` on Python 3.10); exits 1 when no such line exists.
 """
-import pathlib
-import re
 import sys
 
 from packaging.requirements import Requirement
 
-PYPROJECT = pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml"
+from project_table import PYPROJECT, project
 
 
-def dependencies(text):
-    """The strings of [project] dependencies (tomllib needs Python 3.11)."""
-    try:
-        import tomllib
-    except ImportError:
-        block = re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, re.M | re.S).group(1)
-        return re.findall(r'"([^"]+)"', block)
-    return tomllib.loads(text)["project"]["dependencies"]
-
-
-def oldest(text):
+def oldest(dependencies):
     floors = []
-    for line in dependencies(text):
+    for line in dependencies:
         req = Requirement(line)
         if req.name != "numpy" or (req.marker and not req.marker.evaluate()):
             continue
@@ -37,7 +25,7 @@ def oldest(text):
 
 
 if __name__ == "__main__":
-    floors = oldest(PYPROJECT.read_text())
+    floors = oldest(project()["dependencies"])
     if len(floors) != 1:
         sys.exit(f"expected one numpy>= floor for Python {sys.version.split()[0]} "
                  f"in {PYPROJECT}, found {floors}")

@@ -39,8 +39,9 @@ step "build with $SAN (-O1; levels: baseline;$LEVELS) into build/asan ($VENV)"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 LOG="$VENV/build.log"
 {
-    "$VENV/bin/pip" install scikit-build-core cython numpy ninja pytest hypothesis threadpoolctl \
-        "dask[array]" distributed
+    "$VENV/bin/pip" install scikit-build-core cython numpy ninja "tomli; python_version < '3.11'"
+    # What the tests need, as pyproject.toml's extras name it.
+    "$VENV/bin/pip" install $("$VENV/bin/python" scripts/extras.py test dask)
     "$VENV/bin/pip" install --no-build-isolation --no-deps --force-reinstall . \
         -C build-dir=build/asan -C install.strip=false \
         -C cmake.define.CMAKE_C_COMPILER="$CC" \

@@ -18,7 +18,7 @@ VENV=${FASTNORM_OLDEST_VENV:-$ROOT/.venv-oldest}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install -q packaging
+"$VENV/bin/pip" install -q packaging "tomli; python_version < '3.11'"
 pin=$("$VENV/bin/python" scripts/oldest_numpy.py)
 echo "=== the test suite against $pin ($VENV)"
 # Its own build folder, so an editable or release build is left alone; the
