@@ -94,8 +94,9 @@ cdef inline bint batch_axes(object axis, int ndim):
 
 
 cdef inline bint eps_value(object eps, double* e):
-    """eps as a finite double >= 0 when it is a Python float or int (bool
-    excluded), else False: the general path checks the rest."""
+    """eps as a finite double >= 0 when it is a Python float, or a Python
+    int in [0, 1] (bool excluded; larger ints, which no one spells as eps,
+    are left to the general path's conversion), else False."""
     if type(eps) is float:
         e[0] = eps
     elif type(eps) is int and 0 <= eps <= 1:
