@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from . import _simd
+from . import _machine, _simd
 from ._version import __version__
 
 _lock = threading.Lock()
@@ -193,11 +193,23 @@ def config() -> dict:
         "simd_available": _simd.available_levels(),
         "vector_bits": info["vector_bits"],
         "welford_lanes": info["welford_lanes"],
+        "caches": {"l1d": _machine.MACHINE.l1d, "l2": _machine.MACHINE.l2,
+                   "l3": _machine.MACHINE.l3, "cores": _machine.MACHINE.cores,
+                   "source": _machine.MACHINE.source},
+        "tuning": k.tuning(),
     }
 
 
 def show_config() -> None:
-    """Print version, compiler, OpenMP runtime, threads and SIMD path.
+    """Print version, compiler, threads, SIMD path, caches and tuning.
+
+    Besides the build and the threads: the caches detected and the tuning
+    derived from them.  The caches come from the OS (Linux: /sys/devices/system/cpu; macOS:
+    sysctl; else glibc's sysconf), or from ``FASTNORM_CACHES`` (e.g.
+    ``l1d=48K,l2=2M,l3=105M,cores=16``) where set; a size that cannot be
+    found takes its fallback (L1d 32 KiB, L2 512 KiB, L3 8 MiB), and the
+    line says which.  Every machine-dependent tuning value is derived from
+    them at import; docs/design.md gives the rules.
 
     ``fastnorm._config.config()`` returns the same facts as a dict.
 
@@ -216,6 +228,8 @@ def show_config() -> None:
       OpenMP: ...
       threads: ...
       SIMD: ...
+      caches: ...
+      tuning: ...
     """
     c = config()
     if c["openmp"]:
@@ -231,5 +245,9 @@ def show_config() -> None:
         f"  SIMD:     {c['simd']} ({c['vector_bits']}-bit vectors, "
         f"{c['welford_lanes']} Welford lanes); built: {', '.join(c['simd_built'])}; "
         f"usable here: {', '.join(c['simd_available'])}",
+        f"  caches:   {_machine.describe()}",
+        "  tuning:   " + ", ".join(
+            f"{name} {value}" if name in _machine.COUNTS else f"{name} {_machine.size_text(value)}"
+            for name, value in c["tuning"].items()),
     ]
     print("\n".join(lines))

@@ -70,7 +70,10 @@ def explain(func, *args, **kwargs):
         ``in_cache``, ``slices`` and ``slice_length``, ``fast_path`` (the
         call takes the fast path for small calls) and ``copies`` (what is
         copied or converted before the kernel runs).  A call with nothing
-        to compute (an empty input) gives ``pattern`` None.
+        to compute (an empty input) gives ``pattern`` None.  ``machine``
+        is what the tuning was derived from (``l1d``, ``l2``, ``l3`` in
+        bytes, ``cores``, ``source``) and ``tuning`` the values derived
+        (as ``show_config`` prints them).
 
     Raises
     ------
@@ -95,7 +98,7 @@ def explain(func, *args, **kwargs):
     ('columns', 'tiles')
     """
     global explaining
-    from . import _public_functions
+    from . import _machine, _public_functions, _simd
     from ._lazy import any_dask
     if func not in _public_functions():
         raise TypeError(f"explain() takes a public fastnorm function, got {func!r}")
@@ -117,4 +120,8 @@ def explain(func, *args, **kwargs):
         _local.notes = None
     route.setdefault("fast_path", False)
     route["copies"] = notes
+    m = _machine.MACHINE
+    route["machine"] = {"l1d": m.l1d, "l2": m.l2, "l3": m.l3, "cores": m.cores,
+                        "source": m.source}
+    route["tuning"] = _simd.kernels.tuning()
     return route

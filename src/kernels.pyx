@@ -31,21 +31,10 @@ include "fastcall.pxi"
 
 MODES = {"stats": MODE_STATS, "center": MODE_CENTER, "rms": MODE_RMS, "given": MODE_GIVEN}
 GRAD_MODES = {"center": GRAD_CENTER, "rms": GRAD_RMS, "scale": GRAD_SCALE}
-# Calls of fewer elements run on one thread whatever they are given.
-parallel_min = PARALLEL_MIN
-# By itemsize: (most bytes of x, most bytes of a row) for which rows in
-# cache are grouped (tests aim at both sides of these).
-cached_rows = {2: (CACHED_BYTES, CACHED_ROW_BYTES), 4: (CACHED_BYTES, CACHED_ROW_BYTES),
-               8: (CACHED_BYTES_F64, CACHED_ROW_BYTES_F64)}
-# The COLUMNS pattern's columns per tile, its output's rows per group and
-# columns per chunk (float32; float64 coefficients: half), and the most
-# bytes of coefficients a run of whole rows takes (tests aim at these).
+# The COLUMNS pattern's columns per tile and its output's rows per group
+# (tests aim at these; the machine's values are in tuning()).
 column_tile = COL_TILE
 out_rows = OUT_ROWS
-out_chunk = OUT_CHUNK
-periodic_bytes = PERIODIC_BYTES
-# COLUMNS calls whose x takes more bytes start their strips at a line.
-columns_in_cache = CACHED_BYTES
 # COLUMNS calls of more groups (tiles of one outer slice) go in passes.
 pass_groups = MAX_PASS_GROUPS
 grad_column_tile = GRAD_COL_TILE
@@ -58,9 +47,67 @@ channels_inner_max = INNER_MAX
 channels_min_column_bytes = MIN_COLUMN_BYTES
 channels_column_arrays_max = COLUMN_ARRAYS_MAX
 images_inner_min = IMAGES_INNER_MIN
-# Calls on x of at most this many bytes split their work among the threads
-# the same way every time; larger ones share it out as threads come free.
-same_split_bytes = SAME_SPLIT_BYTES
+
+# fn_tuning's fields by name, in the order of the struct.
+TUNING_FIELDS = ("parallel_min", "same_split_bytes", "stats_ahead", "cached_bytes",
+                 "cached_row_bytes", "cached_bytes_f64", "cached_row_bytes_f64",
+                 "prefetch_bytes", "run_ahead_bytes", "ahead_f32", "image_run_bytes",
+                 "col_block_bytes", "sweep_bytes", "out_chunk", "periodic_bytes",
+                 "stream_min_bytes", "mask_tile")
+
+
+def set_tuning(dict values):
+    """Set the values derived from the machine (fastnorm._machine.derive):
+    every field of TUNING_FIELDS, each a positive int.  Not thread-safe:
+    called as the module is imported, and by tests between calls."""
+    global fn_tuning
+    cdef fn_tuning_t t
+    cdef Py_ssize_t v
+    missing = [k for k in TUNING_FIELDS if k not in values]
+    if missing:
+        raise ValueError(f"tuning values missing: {', '.join(missing)}")
+    for k in TUNING_FIELDS:
+        v = values[k]
+        if v <= 0:
+            raise ValueError(f"tuning value {k} must be positive, not {v}")
+    t.parallel_min = values["parallel_min"]
+    t.same_split_bytes = values["same_split_bytes"]
+    t.stats_ahead = values["stats_ahead"]
+    t.cached_bytes = values["cached_bytes"]
+    t.cached_row_bytes = values["cached_row_bytes"]
+    t.cached_bytes_f64 = values["cached_bytes_f64"]
+    t.cached_row_bytes_f64 = values["cached_row_bytes_f64"]
+    t.prefetch_bytes = values["prefetch_bytes"]
+    t.run_ahead_bytes = values["run_ahead_bytes"]
+    t.ahead_f32 = values["ahead_f32"]
+    t.image_run_bytes = values["image_run_bytes"]
+    t.col_block_bytes = values["col_block_bytes"]
+    t.sweep_bytes = values["sweep_bytes"]
+    t.out_chunk = values["out_chunk"]
+    t.periodic_bytes = values["periodic_bytes"]
+    t.stream_min_bytes = values["stream_min_bytes"]
+    t.mask_tile = values["mask_tile"]
+    fn_tuning = t
+
+
+def tuning():
+    """The values in force (as set_tuning left them), by name."""
+    cdef fn_tuning_t t = fn_tuning
+    return {"parallel_min": t.parallel_min, "same_split_bytes": t.same_split_bytes,
+            "stats_ahead": t.stats_ahead, "cached_bytes": t.cached_bytes,
+            "cached_row_bytes": t.cached_row_bytes, "cached_bytes_f64": t.cached_bytes_f64,
+            "cached_row_bytes_f64": t.cached_row_bytes_f64,
+            "prefetch_bytes": t.prefetch_bytes, "run_ahead_bytes": t.run_ahead_bytes,
+            "ahead_f32": t.ahead_f32, "image_run_bytes": t.image_run_bytes,
+            "col_block_bytes": t.col_block_bytes, "sweep_bytes": t.sweep_bytes,
+            "out_chunk": t.out_chunk, "periodic_bytes": t.periodic_bytes,
+            "stream_min_bytes": t.stream_min_bytes, "mask_tile": t.mask_tile}
+
+
+# No call runs before the machine's values are in: set them now.
+from fastnorm._machine import TUNING as _machine_tuning
+set_tuning(_machine_tuning)
+del _machine_tuning
 
 PATTERNS = ("slices", "images", "columns")
 WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "masked")

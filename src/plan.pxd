@@ -17,7 +17,8 @@
 #            across it, one row of the reduced axes at a time (batch norm on
 #            (N, C) and NHWC, layer norm over axis 0, F-ordered input).
 #
-# Every tuning value the kernels use is in tuning.h, declared here.
+# Every tuning value the kernels use is in tuning.h, declared here: fixed
+# ones as constants, the machine's as fields of fn_tuning.
 
 cimport numpy as cnp
 from libc.string cimport memcpy, memmove
@@ -26,29 +27,17 @@ from simd cimport FN_HAVE_F32, FN_W, FN_WF
 
 cdef extern from "tuning.h":
     enum:
-        PARALLEL_MIN "FN_PARALLEL_MIN"
-        SAME_SPLIT_BYTES "FN_SAME_SPLIT_BYTES"
         FN_NV "FN_NV"
         FN_NVC "FN_NVC"
-        STATS_AHEAD "FN_STATS_AHEAD"
         ROW_ACCS "FN_ROW_ACCS"
         CHUNK "FN_CHUNK"
         SUM_ROWS "FN_SUM_ROWS"
         SHORT_ROW_MIN "FN_SHORT_ROW_MIN"
         SHORT_ROW_BYTES "FN_SHORT_ROW_BYTES"
-        CACHED_BYTES "FN_CACHED_BYTES"
-        CACHED_ROW_BYTES "FN_CACHED_ROW_BYTES"
-        CACHED_BYTES_F64 "FN_CACHED_BYTES_F64"
-        CACHED_ROW_BYTES_F64 "FN_CACHED_ROW_BYTES_F64"
         CACHED_BATCH_BYTES "FN_CACHED_BATCH_BYTES"
         SHORT_SLICE_MAX "FN_SHORT_SLICE_MAX"
         SHORT_BATCH "FN_SHORT_BATCH"
         SHORT_RUN_MIN "FN_SHORT_RUN_MIN"
-        PREFETCH_BYTES "FN_PREFETCH_BYTES"
-        RUN_AHEAD_BYTES "FN_RUN_AHEAD_BYTES"
-        HAND_ON_BYTES "FN_HAND_ON_BYTES"
-        AHEAD_F32 "FN_AHEAD_F32"
-        IMAGE_RUN_BYTES "FN_IMAGE_RUN_BYTES"
         IMAGE_BLOCKS "FN_IMAGE_BLOCKS"
         IMAGE_STATE_BYTES "FN_IMAGE_STATE_BYTES"
         COL_TILE "FN_COL_TILE"
@@ -56,17 +45,13 @@ cdef extern from "tuning.h":
         PAD "FN_PAD"
         FINISH_COLS "FN_FINISH_COLS"
         ROW_BLOCK_MIN "FN_ROW_BLOCK_MIN"
-        COL_BLOCK_BYTES "FN_COL_BLOCK_BYTES"
         COL_BLOCKS_MIN "FN_COL_BLOCKS_MIN"
         MAX_COL_ITEMS "FN_MAX_COL_ITEMS"
         MAX_PASS_GROUPS "FN_MAX_PASS_GROUPS"
         GRAD_PASS_GROUPS "FN_GRAD_PASS_GROUPS"
         PREFETCH_ROWS "FN_PREFETCH_ROWS"
         PREFETCH_ROW_MAX "FN_PREFETCH_ROW_MAX"
-        SWEEP_BYTES "FN_SWEEP_BYTES"
-        OUT_CHUNK "FN_OUT_CHUNK"
         OUT_ROWS "FN_OUT_ROWS"
-        PERIODIC_BYTES "FN_PERIODIC_BYTES"
         ROWS_HELD "FN_ROWS_HELD"
         INNER_MAX "FN_INNER_MAX"
         MIN_COLUMN_BYTES "FN_MIN_COLUMN_BYTES"
@@ -81,11 +66,50 @@ cdef extern from "tuning.h":
         GRAD_ROWS "FN_GRAD_ROWS"
         G32_MAX "FN_G32_MAX"
         FOLD_CHUNK "FN_FOLD_CHUNK"
-        STREAM_MIN_BYTES "FN_STREAM_MIN_BYTES"
         MASK_BLOCK "FN_MASK_BLOCK"
-        MASK_TILE "FN_MASK_TILE"
         MASK_GRAD_BLOCKS "FN_MASK_GRAD_BLOCKS"
         MASK_GRAD_PARTIAL_BYTES "FN_MASK_GRAD_PARTIAL_BYTES"
+
+# The values derived from the machine's caches and cores (fastnorm/_machine.py),
+# set once as a kernel module is imported (kernels.pyx: set_tuning).
+cdef extern from "tuning.h" nogil:
+    ctypedef struct fn_tuning_t:
+        Py_ssize_t parallel_min
+        Py_ssize_t same_split_bytes
+        Py_ssize_t stats_ahead
+        Py_ssize_t cached_bytes
+        Py_ssize_t cached_row_bytes
+        Py_ssize_t cached_bytes_f64
+        Py_ssize_t cached_row_bytes_f64
+        Py_ssize_t prefetch_bytes
+        Py_ssize_t run_ahead_bytes
+        Py_ssize_t ahead_f32
+        Py_ssize_t image_run_bytes
+        Py_ssize_t col_block_bytes
+        Py_ssize_t sweep_bytes
+        Py_ssize_t out_chunk
+        Py_ssize_t periodic_bytes
+        Py_ssize_t stream_min_bytes
+        Py_ssize_t mask_tile
+    fn_tuning_t fn_tuning
+    Py_ssize_t PARALLEL_MIN "FN_PARALLEL_MIN"
+    Py_ssize_t SAME_SPLIT_BYTES "FN_SAME_SPLIT_BYTES"
+    Py_ssize_t STATS_AHEAD "FN_STATS_AHEAD"
+    Py_ssize_t CACHED_BYTES "FN_CACHED_BYTES"
+    Py_ssize_t CACHED_ROW_BYTES "FN_CACHED_ROW_BYTES"
+    Py_ssize_t CACHED_BYTES_F64 "FN_CACHED_BYTES_F64"
+    Py_ssize_t CACHED_ROW_BYTES_F64 "FN_CACHED_ROW_BYTES_F64"
+    Py_ssize_t PREFETCH_BYTES "FN_PREFETCH_BYTES"
+    Py_ssize_t RUN_AHEAD_BYTES "FN_RUN_AHEAD_BYTES"
+    Py_ssize_t HAND_ON_BYTES "FN_HAND_ON_BYTES"
+    Py_ssize_t AHEAD_F32 "FN_AHEAD_F32"
+    Py_ssize_t IMAGE_RUN_BYTES "FN_IMAGE_RUN_BYTES"
+    Py_ssize_t COL_BLOCK_BYTES "FN_COL_BLOCK_BYTES"
+    Py_ssize_t SWEEP_BYTES "FN_SWEEP_BYTES"
+    Py_ssize_t OUT_CHUNK "FN_OUT_CHUNK"
+    Py_ssize_t PERIODIC_BYTES "FN_PERIODIC_BYTES"
+    Py_ssize_t STREAM_MIN_BYTES "FN_STREAM_MIN_BYTES"
+    Py_ssize_t MASK_TILE "FN_MASK_TILE"
 
 cdef extern from "simd.h" nogil:
     void fn_set_schedule(int same_split, int guided)

@@ -1,22 +1,62 @@
 /*
  * tuning.h -- every tuning value of the kernels, with one line of why.
  *
- * The planner (plan.pxd) and the schedules read these and nothing else;
- * the measurements behind each value are in docs/design.md.  Results never
- * depend on the thread count: the values that cut work into blocks depend
- * on the shape alone.
+ * The planner (plan.pxd) and the schedules read these and nothing else.
+ * Two kinds: fixed values (register counts, numerics, data-structure sizes,
+ * memory budgets) are macros; values that depend on the machine's caches
+ * and cores are fields of fn_tuning, set once at import from what
+ * fastnorm/_machine.py detected and derived (the rules are there, one line
+ * of why each).  Results never depend on the thread count: the values that
+ * cut work into blocks depend on the shape and the machine alone.
  */
 #ifndef FASTNORM_TUNING_H
 #define FASTNORM_TUNING_H
 
 #include <stddef.h>
 
-/* ---- threads ------------------------------------------------------- */
-/* Calls of fewer values run on one thread: a team's start costs more. */
-#define FN_PARALLEL_MIN (1 << 16)
-/* Calls on x up to this many bytes split their work the same way every
- * time (static), so each thread finds its part in its own cache. */
-#define FN_SAME_SPLIT_BYTES (4 << 20)
+/* ---- derived from the machine (fastnorm/_machine.py) --------------- */
+typedef struct {
+    ptrdiff_t parallel_min;
+    ptrdiff_t same_split_bytes;
+    ptrdiff_t stats_ahead;
+    ptrdiff_t cached_bytes;
+    ptrdiff_t cached_row_bytes;
+    ptrdiff_t cached_bytes_f64;
+    ptrdiff_t cached_row_bytes_f64;
+    ptrdiff_t prefetch_bytes;
+    ptrdiff_t run_ahead_bytes;
+    ptrdiff_t ahead_f32;
+    ptrdiff_t image_run_bytes;
+    ptrdiff_t col_block_bytes;
+    ptrdiff_t sweep_bytes;
+    ptrdiff_t out_chunk;
+    ptrdiff_t periodic_bytes;
+    ptrdiff_t stream_min_bytes;
+    ptrdiff_t mask_tile;
+} fn_tuning_t;
+
+/* One per kernel module (each level is one translation unit); zero until
+ * the module's import sets it, and the module never runs a call before. */
+static fn_tuning_t fn_tuning;
+
+#define FN_PARALLEL_MIN (fn_tuning.parallel_min)
+#define FN_SAME_SPLIT_BYTES (fn_tuning.same_split_bytes)
+#define FN_STATS_AHEAD (fn_tuning.stats_ahead)
+#define FN_CACHED_BYTES (fn_tuning.cached_bytes)
+#define FN_CACHED_ROW_BYTES (fn_tuning.cached_row_bytes)
+#define FN_CACHED_BYTES_F64 (fn_tuning.cached_bytes_f64)
+#define FN_CACHED_ROW_BYTES_F64 (fn_tuning.cached_row_bytes_f64)
+#define FN_PREFETCH_BYTES (fn_tuning.prefetch_bytes)
+#define FN_RUN_AHEAD_BYTES (fn_tuning.run_ahead_bytes)
+#define FN_HAND_ON_BYTES (fn_tuning.run_ahead_bytes)
+#define FN_AHEAD_F32 (fn_tuning.ahead_f32)
+#define FN_IMAGE_RUN_BYTES (fn_tuning.image_run_bytes)
+#define FN_COL_BLOCK_BYTES (fn_tuning.col_block_bytes)
+#define FN_SWEEP_BYTES (fn_tuning.sweep_bytes)
+#define FN_OUT_CHUNK (fn_tuning.out_chunk)
+#define FN_PERIODIC_BYTES (fn_tuning.periodic_bytes)
+#define FN_STREAM_MIN_BYTES (fn_tuning.stream_min_bytes)
+#define FN_MASK_TILE (fn_tuning.mask_tile)
 
 /* ---- vector registers ---------------------------------------------- */
 /* Independent accumulators per Welford run: hide the sub -> fma latency. */
@@ -29,9 +69,6 @@
 #endif
 
 /* ---- statistics ---------------------------------------------------- */
-/* Contiguous statistics fetch this many bytes ahead: one core's reads
- * from memory need more in flight than the hardware prefetchers keep. */
-#define FN_STATS_AHEAD 8192
 /* Sums per long row of the grouped rows: one chain would run at an
  * addition's latency a vector. */
 #define FN_ROW_ACCS 4
@@ -41,9 +78,6 @@
 /* Selected values per shifted-sums block of a masked (where=) slice: the
  * sums cancel at most log2(33) = 5 bits, the block costs one division. */
 #define FN_MASK_BLOCK 32
-/* Columns a masked COLUMNS item walks: their states (72 bytes a column)
- * stay in L1 beside the rows being read. */
-#define FN_MASK_TILE 256
 /* Blocks of a masked gradient's items, each summing its own parameter
  * gradients: enough for the threads, within this many bytes of partials. */
 #define FN_MASK_GRAD_BLOCKS 64
@@ -58,14 +92,6 @@
 #define FN_SHORT_ROW_MIN 8
 /* Rows up to this many bytes are grouped when x comes from memory. */
 #define FN_SHORT_ROW_BYTES 1024
-/* Calls on x up to CACHED_BYTES group rows up to CACHED_ROW_BYTES: from
- * cache, a row's reductions, division and square root cost more than its
- * values, and grouping pays them once per vector of rows. */
-#define FN_CACHED_BYTES (4 << 20)
-#define FN_CACHED_ROW_BYTES 16384
-/* float64 rows take two looks, so grouping pays for shorter rows only. */
-#define FN_CACHED_BYTES_F64 (1 << 20)
-#define FN_CACHED_ROW_BYTES_F64 4096
 /* Bytes of rows per work item in cache, so small calls feed every thread. */
 #define FN_CACHED_BATCH_BYTES 32768
 /* Slices up to this many values are copied side by side; beyond, the
@@ -76,21 +102,8 @@
 /* Runs of several-run slices from this many values take their statistics
  * a vector of runs at a time. */
 #define FN_SHORT_RUN_MIN 16
-/* Bytes of the next slice a strided slice fetches while it is written. */
-#define FN_PREFETCH_BYTES 16384
-/* Bytes of each run of the next slice that a slice of several runs
- * fetches: NCHW channels are too many streams for the prefetchers. */
-#define FN_RUN_AHEAD_BYTES 4096
-/* Runs of at least this many bytes hand the next run to the output pass
- * to fetch; shorter ones would fetch nothing of it. */
-#define FN_HAND_ON_BYTES 4096
-/* Values ahead of the float32 output pass of several-run slices. */
-#define FN_AHEAD_F32 2048
 
 /* ---- images (slices whose runs interleave: NCHW channels) ---------- */
-/* Runs up to this many bytes go image by image; longer ones slice by
- * slice, which stays in L2 between the slice's two looks. */
-#define FN_IMAGE_RUN_BYTES 8192
 /* Image blocks of the statistics at most, and the bytes their per-slice
  * moments may take. */
 #define FN_IMAGE_BLOCKS 32
@@ -108,11 +121,10 @@
 /* Columns per piece of a tile's finish, so that the threads share it. */
 #define FN_FINISH_COLS 256
 /* Row blocks of the column statistics: at least ROW_BLOCK_MIN rows and
- * COL_BLOCK_BYTES of a tile where that leaves COL_BLOCKS_MIN blocks (each
- * block's state is zeroed, written and folded), and blocks times tiles at
- * most MAX_COL_ITEMS (the scratch memory). */
+ * COL_BLOCK_BYTES (derived) of a tile where that leaves COL_BLOCKS_MIN
+ * blocks (each block's state is zeroed, written and folded), and blocks
+ * times tiles at most MAX_COL_ITEMS (the scratch memory). */
 #define FN_ROW_BLOCK_MIN 64
-#define FN_COL_BLOCK_BYTES (1 << 20)
 #define FN_COL_BLOCKS_MIN 16
 #define FN_MAX_COL_ITEMS 128
 /* Groups (tiles of one outer index) per pass, so that a pass's scratch
@@ -123,17 +135,9 @@
  * PREFETCH_ROW_MAX bytes (longer ones train the hardware prefetchers). */
 #define FN_PREFETCH_ROWS 4
 #define FN_PREFETCH_ROW_MAX 16384
-/* Rows x tile bytes of a sweep: the sweep and the next, fetched meanwhile,
- * stay in L2 from one strip to the next. */
-#define FN_SWEEP_BYTES (128 << 10)
-/* The output goes OUT_ROWS rows at a time, OUT_CHUNK columns at a time
- * (float64 coefficients: half): the chunk's coefficients stay in L1. */
-#define FN_OUT_CHUNK 1024
+/* The output goes OUT_ROWS rows at a time (and OUT_CHUNK columns, derived,
+ * at a time). */
 #define FN_OUT_ROWS 8
-/* float64 rows that follow each other are one run with periodic
- * coefficients while those (3 doubles a column) take at most this many
- * bytes: beside the stream they must stay in L1; wider rows go in chunks. */
-#define FN_PERIODIC_BYTES (18 << 10)
 /* Rows of at least this many values hold their coefficients along the row
  * (float64: half); shorter ones pay the held loop's set-up per row. */
 #define FN_ROWS_HELD 128
@@ -168,9 +172,6 @@
 /* Columns per work item of the folds and coefficients. */
 #define FN_FOLD_CHUNK 4096
 
-/* ---- output -------------------------------------------------------- */
-/* Outputs of at least this many bytes are written around the caches. */
-#define FN_STREAM_MIN_BYTES (8 << 20)
 
 /* ---- scratch memory (scratch.h) ------------------------------------ */
 /* Blocks of at least KEEP_MIN bytes that a call frees are kept for the

@@ -2,6 +2,11 @@
 
 HYPOTHESIS_PROFILE selects a profile: "ci" (default; derandomized so a CI
 failure reproduces locally), "dev" (random, same size) or "thorough".
+
+The suite runs on one fixed machine's tuning (TEST_MACHINE, through
+FASTNORM_CACHES), so that the tests which aim at a route by its shape reach
+it on any machine; tests/test_machine.py checks the machine actually
+detected, and others, in processes of their own.
 """
 import os
 import subprocess
@@ -10,8 +15,11 @@ import sys
 import pytest
 from hypothesis import HealthCheck, settings
 
-import fastnorm
-import fastnorm._simd as dispatch
+TEST_MACHINE = "l1d=32K,l2=2M,l3=32M,cores=2"
+os.environ["FASTNORM_CACHES"] = TEST_MACHINE
+
+import fastnorm  # noqa: E402  (after the machine is set)
+import fastnorm._simd as dispatch  # noqa: E402
 
 _common = dict(
     deadline=None,  # the machine is shared and noisy: never time examples

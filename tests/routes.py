@@ -8,7 +8,7 @@ from fastnorm import _simd
 
 # Calls on x up to this many bytes split their work statically, larger
 # ones guided or dynamic: tests take either side.
-SAME_SPLIT = _simd.kernels.same_split_bytes
+SAME_SPLIT = _simd.kernels.tuning()["same_split_bytes"]
 
 
 def route(func, *args, **kwargs):

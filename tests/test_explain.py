@@ -18,7 +18,7 @@ import fastpath
 from reference import assert_bitwise, fingerprint
 
 KEYS = {"pattern", "schedule", "threads", "streams", "descending", "float32_pass", "rows_pass",
-        "in_cache", "simd", "slices", "slice_length", "fast_path", "copies"}
+        "in_cache", "simd", "slices", "slice_length", "fast_path", "copies", "machine", "tuning"}
 RNG = np.random.default_rng(0)
 X = (2.0 + RNG.standard_normal((6, 4, 5))).astype(np.float32)
 DY = RNG.standard_normal(X.shape).astype(np.float32)
@@ -61,6 +61,8 @@ def test_keys_and_their_types(name):
         assert type(r[key]) is int and r[key] >= 1, key
     assert r["simd"] == dispatch.kernels.build_info()["variant"]
     assert r["copies"] == []
+    assert set(r["machine"]) == {"l1d", "l2", "l3", "cores", "source"}
+    assert r["tuning"] == dispatch.kernels.tuning()
 
 
 def test_slices_and_their_length():

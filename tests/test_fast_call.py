@@ -151,7 +151,7 @@ def test_fast_path_on_every_simd_level(simd_level):
 def test_fast_path_large_enough_for_threads(threads):
     # At or above the kernels' parallel size the fast path asks for the
     # team; results do not depend on it.
-    rows = _simd.kernels.parallel_min // 256 + 3
+    rows = _simd.kernels.tuning()["parallel_min"] // 256 + 3
     x = np.random.default_rng(6).standard_normal((rows, 256)).astype(np.float32) + 7
     fastnorm.set_num_threads(threads)
     y = fastpath.last_axis(x, -1, "center", 1e-5, None, None)
@@ -369,7 +369,7 @@ def test_fast_mean_var_leaves_other_inputs_to_the_general_path(what, x, ddof):
 def test_fast_mean_var_large_enough_for_threads(threads, dtype, keepdims):
     # At or above the kernels' parallel size the fast path asks for the
     # team; results do not depend on it.
-    rows = _simd.kernels.parallel_min // 256 + 3
+    rows = _simd.kernels.tuning()["parallel_min"] // 256 + 3
     x = (np.random.default_rng(8).standard_normal((rows, 256)) * 3 + 1e3).astype(dtype)
     fastnorm.set_num_threads(threads)
     try:
@@ -462,7 +462,7 @@ def test_fast_rows_in_c_keep_x_layout_and_bound(order, dtype):
     y = fastpath.last_axis(x, -1, "center", 1e-5, g, None)
     assert y is not None and y.strides == np.empty_like(x).strides
     assert_bitwise(y, fastpath.general(fastnorm.layer_norm, x, g), "fast path")
-    big = np.ones((k.parallel_min // 64, 64), dtype)
+    big = np.ones((k.tuning()["parallel_min"] // 64, 64), dtype)
     for a in (big, big[:-1]):
         got = fastpath.last_axis(a, -1, "rms", 1e-5, None, None)
         assert got is not None
@@ -611,7 +611,7 @@ def test_fast_gradients_are_the_general_path(call):
 def test_fast_gradients_with_threads():
     # Large enough for the kernels' team: the same bits with 1 and 2 threads.
     from fastnorm import _simd
-    rows = _simd.kernels.parallel_min // 256 + 3
+    rows = _simd.kernels.tuning()["parallel_min"] // 256 + 3
     rng = np.random.default_rng(3)
     x = rng.standard_normal((rows, 256)).astype(np.float32)
     dy = rng.standard_normal((rows, 256)).astype(np.float32)

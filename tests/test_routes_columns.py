@@ -58,7 +58,7 @@ def _tiles(width):
 
 def _threads_for(x):
     """Calls of fewer values than the kernels' parallel size run on one thread."""
-    return 1 if x.size < KERNELS.parallel_min else 2
+    return 1 if x.size < KERNELS.tuning()["parallel_min"] else 2
 
 
 # --------------------------------------------------------------------------
@@ -83,7 +83,7 @@ def in_line(values, offset, lines):
 
 def rows_past_cache(width, dtype, extra):
     """Rows enough for x to be larger than the caches, and `extra` more."""
-    return KERNELS.columns_in_cache // (width * np.dtype(dtype).itemsize) + extra
+    return KERNELS.tuning()["cached_bytes"] // (width * np.dtype(dtype).itemsize) + extra
 
 
 def values(shape, dtype, seed, offset=3.0):
@@ -120,7 +120,7 @@ def test_column_statistics_from_any_place_in_a_line(problem):
         with _simd.use(level):
             check_mean_var(x)
     # And the same values where they fit the caches (strips from column 0).
-    check_mean_var(x[:max(1, KERNELS.columns_in_cache // (2 * width * dtype.itemsize))])
+    check_mean_var(x[:max(1, KERNELS.tuning()["cached_bytes"] // (2 * width * dtype.itemsize))])
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
@@ -164,8 +164,8 @@ def test_masked_lanes_keep_non_finite_values_to_their_columns(dtype, simd_level)
 def output_widths():
     """Widths at the output's bounds: the chunk (float32, and half of it for
     float64 coefficients), the tile, and the widest run of whole rows."""
-    chunk, tile = KERNELS.out_chunk, KERNELS.column_tile
-    f64_run = KERNELS.periodic_bytes // 32
+    chunk, tile = KERNELS.tuning()["out_chunk"], KERNELS.column_tile
+    f64_run = KERNELS.tuning()["periodic_bytes"] // 32
     return sorted({chunk // 2 + 1, chunk + 1, 2 * chunk + 7, f64_run, f64_run + 1,
                    tile, tile + 5, 2 * tile + 100})
 

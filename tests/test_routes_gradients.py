@@ -364,11 +364,15 @@ def test_columns_backward_sweeps(dtype, case, simd_level):
     ("batch", (8200, 257), (0,), F32),      # columns; rows start unaligned
 ], ids=["layer-f64", "layer-f32", "layer-f16", "batch-nchw-f64", "batch-columns-f32"])
 def test_outputs_larger_than_the_caches(func, shape, axes, dtype):
-    # dx of 8 MiB and more is written with non-temporal stores.
+    # dx of stream_min_bytes and more is written with non-temporal stores:
+    # the leading axis grows until dx is that large.
     rng = np.random.default_rng(12)
+    stream = _simd.kernels.tuning()["stream_min_bytes"]
+    rest = int(np.prod(shape[1:])) * np.dtype(dtype).itemsize
+    shape = (max(shape[0], -(-stream // rest)),) + tuple(shape[1:])
     x = (0.5 + rng.standard_normal(shape)).astype(dtype)
     dy = rng.standard_normal(shape).astype(dtype)
-    assert x.nbytes >= 8 << 20
+    assert x.nbytes >= stream
     nd = len(shape)
     along = axes if func == "layer" else tuple(i for i in range(nd) if i not in axes)
     gamma = rng.uniform(0.5, 2.0, tuple(shape[i] for i in along))

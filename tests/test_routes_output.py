@@ -27,8 +27,8 @@ from reference import (OUT_TOL, assert_bitwise, assert_close, ref_layer_norm, re
 import fastpath
 from routes import assert_route
 
-# Rows of n values, enough of them for an output of 8 MiB or more.
-STREAM_BYTES = 8 << 20
+# Rows of n values, enough of them for an output that streams.
+STREAM_BYTES = _simd.kernels.tuning()["stream_min_bytes"]
 UPWARDS = {"streams": False, "descending": False}
 STREAMED = {"streams": True, "descending": False}
 DOWNWARDS = {"streams": True, "descending": True}

@@ -43,7 +43,10 @@ WHOLE = {"pattern": "slices", "schedule": "whole"}
 # Short rows: up to this many bytes (longer ones only while x is in cache).
 SHORT_ROW_BYTES = 1024
 # The bounds the kernels use (x's bytes, a row's bytes), by itemsize.
-CACHED = _simd.kernels.cached_rows
+_T = _simd.kernels.tuning()
+CACHED = {2: (_T["cached_bytes"], _T["cached_row_bytes"]),
+          4: (_T["cached_bytes"], _T["cached_row_bytes"]),
+          8: (_T["cached_bytes_f64"], _T["cached_row_bytes_f64"])}
 
 
 def _cached_route(x):
@@ -191,10 +194,12 @@ def test_short_rows_streamed_misaligned_output(dtype):
     _check_layer_norm(x, gamma, beta, y)
 
 
-@pytest.mark.parametrize("n", [40, 400])
+@pytest.mark.parametrize("length", ["short", "cached"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_short_rows_nonfinite_rows_leave_the_others_alone(dtype, n):
-    # (Rows of 400 values: in cache, they take this way too.)
+def test_short_rows_nonfinite_rows_leave_the_others_alone(dtype, length):
+    # (The longest rows grouped in cache take this way too.)
+    itemsize = np.dtype(dtype).itemsize
+    n = 40 if length == "short" else CACHED[itemsize][1] // itemsize
     rng = np.random.default_rng(3)
     x = rng.standard_normal((37, n)).astype(dtype)
     x[3, 5] = np.nan
@@ -606,7 +611,7 @@ def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
     # Short rows fetch ahead only in calls too large for the cache (x over
     # 4 MiB; float64 1 MiB): just over that here, ending at the last
     # readable byte.
-    bound = _simd.kernels.cached_rows[np.dtype(dtype).itemsize][0]
+    bound = CACHED[np.dtype(dtype).itemsize][0]
     x = at_the_end_of_memory(data((bound // (n * np.dtype(dtype).itemsize) + 37, n), dtype))
     y = np.empty_like(x)
     short = n * np.dtype(dtype).itemsize <= SHORT_ROW_BYTES

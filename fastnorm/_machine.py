@@ -1,0 +1,298 @@
+"""The machine the kernels tune themselves to, and the values derived from it.
+
+Detected once at import: the data cache of one core (L1d), its L2, the
+last-level cache (L3) and the processors this process may run on.  Every
+tuning value that depends on the machine is derived from these by
+``derive``, one rule each with its reason; ``src/tuning.h`` holds the fixed
+ones (register counts, numerics, data-structure sizes, memory budgets).
+
+``FASTNORM_CACHES`` overrides what is detected, any subset of
+``l1d=48K,l2=2M,l3=105M,cores=16`` (sizes in bytes, with an optional K, M
+or G): to reproduce another machine's routes, or where detection is wrong.
+A size that cannot be found takes its fallback (``FALLBACK``), and
+``source`` says which.
+"""
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import re
+import sys
+from dataclasses import dataclass
+
+KIB = 1 << 10
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the tuning is derived from (bytes; cores: processors usable)."""
+    l1d: int
+    l2: int       # one core's
+    l3: int       # the last-level cache a core shares with its neighbours
+    cores: int
+    source: str   # where each value came from, e.g. "l1d, l2, l3: sysfs; cores: affinity"
+
+
+# Taken where a size cannot be found: the smaller caches of current
+# x86-64 and Arm server cores, so a machine with more loses a little speed,
+# never the fit in cache that a value assumes.
+FALLBACK = {"l1d": 32 * KIB, "l2": 512 * KIB, "l3": 8 * MIB}
+NAMES = ("l1d", "l2", "l3", "cores")
+# Tuning values that count values or columns; the others are bytes.
+COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "mask_tile")
+
+
+def parse_size(text):
+    """'48K', '2M', '105M', '1G' or plain bytes -> bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(I?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (bytes, or a number with K, M or G)")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+
+
+def parse_override(text):
+    """FASTNORM_CACHES's value -> {name: int}."""
+    values = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        name = name.strip().lower()
+        if not sep or name not in NAMES:
+            raise ValueError(f"FASTNORM_CACHES: {part!r} is not one of "
+                             f"{', '.join(n + '=...' for n in NAMES)}")
+        values[name] = int(value) if name == "cores" else parse_size(value)
+        if values[name] <= 0:
+            raise ValueError(f"FASTNORM_CACHES: {name} must be positive")
+    return values
+
+
+def _processors():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity API on this OS
+        return os.cpu_count() or 1
+
+
+def _first_cpu():
+    try:
+        return min(os.sched_getaffinity(0))
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+def from_sysfs(root="/sys/devices/system/cpu"):
+    """Linux: the caches of the first processor this process may run on,
+    as the kernel lists them (per core for L1d and L2; L3 as shared by the
+    core's neighbours, which cpuid-based sysconf overstates on some CPUs)."""
+    found = {}
+    folder = os.path.join(root, f"cpu{_first_cpu()}", "cache")
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(folder, entry, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(folder, entry, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(folder, entry, "size")) as f:
+                size = parse_size(f.read())
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or size <= 0:
+            continue
+        name = {1: "l1d", 2: "l2", 3: "l3"}.get(level)
+        if name and kind in ("Data", "Unified"):
+            found[name] = size
+    return found
+
+
+def from_sysctl():
+    """macOS: the performance cores' caches (Apple's L2 is shared by a
+    cluster: a core's part is its size over the cores that share it; with no
+    L3 that shared L2 is the last level)."""
+    path = ctypes.util.find_library("c")
+    if sys.platform != "darwin" or not path:
+        return {}
+    libc = ctypes.CDLL(path)
+
+    def get(name):
+        value, size = ctypes.c_int64(0), ctypes.c_size_t(8)
+        if libc.sysctlbyname(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0):
+            return 0
+        return value.value
+
+    found = {}
+    l1d = get("hw.perflevel0.l1dcachesize") or get("hw.l1dcachesize")
+    l2 = get("hw.perflevel0.l2cachesize") or get("hw.l2cachesize")
+    share = get("hw.perflevel0.cpusperl2") or 1
+    l3 = get("hw.l3cachesize")
+    if l1d > 0:
+        found["l1d"] = l1d
+    if l2 > 0:
+        found["l2"] = l2 // max(1, share)
+        found["l3"] = l3 if l3 > 0 else l2
+    return found
+
+
+def from_sysconf():
+    """Other Unix (glibc's cpuid reading)."""
+    found = {}
+    for name, key in (("l1d", "SC_LEVEL1_DCACHE_SIZE"), ("l2", "SC_LEVEL2_CACHE_SIZE"),
+                      ("l3", "SC_LEVEL3_CACHE_SIZE")):
+        try:
+            value = os.sysconf(key)
+        except (ValueError, OSError, AttributeError):
+            continue
+        if value and value > 0:
+            found[name] = value
+    return found
+
+
+def detect(environ=None, sources=None):
+    """The Machine: FASTNORM_CACHES first, then the OS's sources in turn,
+    then FALLBACK."""
+    environ = os.environ if environ is None else environ
+    if sources is None:
+        sources = (("sysfs", from_sysfs), ("sysctl", from_sysctl), ("sysconf", from_sysconf))
+    values, origin = {}, {}
+    override = environ.get("FASTNORM_CACHES", "").strip()
+    for name, value in (parse_override(override) if override else {}).items():
+        values[name], origin[name] = value, "FASTNORM_CACHES"
+    for label, source in sources:
+        if all(n in values for n in FALLBACK):
+            break
+        try:
+            found = source()
+        except OSError:
+            continue
+        for name, value in found.items():
+            if name not in values:
+                values[name], origin[name] = value, label
+    for name, value in FALLBACK.items():
+        if name not in values:
+            values[name], origin[name] = value, "fallback"
+    if "cores" not in values:
+        values["cores"], origin["cores"] = _processors(), "affinity"
+    by_origin = {}
+    for name in NAMES:
+        by_origin.setdefault(origin[name], []).append(name)
+    source = "; ".join(f"{', '.join(names)}: {where}" for where, names in by_origin.items())
+    return Machine(values["l1d"], values["l2"], values["l3"], values["cores"], source)
+
+
+def _line(n, low):
+    """n bytes down to whole 64-byte lines, at least low."""
+    return max(low, n // 64 * 64)
+
+
+def _pow2(n, low):
+    """n down to a power of two, at least low."""
+    return max(low, 1 << (max(1, n).bit_length() - 1))
+
+
+def derive(m):
+    """Every machine-dependent tuning value, from m; names as in
+    src/tuning.h's fn_tuning.  Each rule's reason is beside it."""
+    l1d = _line(m.l1d, 4 * KIB)
+    l2 = _line(m.l2, 64 * KIB)
+    l3 = _line(max(m.l3, m.l2), 64 * KIB)
+    return {
+        # Calls of fewer values run on one thread: one core works through
+        # twice its L1d in values (from L1 and L2) sooner than a team starts
+        # and joins.
+        "parallel_min": _pow2(2 * l1d, 4096),
+        # Calls on x that fits the cores' L2s split their work the same way
+        # every time, so each thread finds its part in its own cache.
+        "same_split_bytes": l2 * m.cores,
+        # Contiguous statistics fetch a quarter of L1d ahead: far enough for
+        # the reads from memory in flight, near enough to stay in L1.
+        "stats_ahead": _line(l1d // 4, 1 * KIB),
+        # Rows are grouped (one vector lane a row) when x fits two cores' L2
+        # (it comes from cache, where a row's reductions cost more than its
+        # values) and a row an 128th of L2 (16 rows of a group, read twice,
+        # stay in an eighth of it); float64 rows take two looks: a quarter.
+        # From cache, rows at least twice as long as from memory
+        # (tuning.h's SHORT_ROW_BYTES, 1 KiB) are grouped.
+        "cached_bytes": 2 * l2,
+        "cached_row_bytes": _line(l2 // 128, 4 * KIB),
+        "cached_bytes_f64": l2 // 2,
+        "cached_row_bytes_f64": _line(l2 // 512, 2 * KIB),
+        # The next slice of a strided slice, fetched while it is written:
+        # half of L1d, beside what is being written.
+        "prefetch_bytes": _line(l1d // 2, 1 * KIB),
+        # Each run of the next slice of several runs (NCHW channels are too
+        # many streams for the prefetchers): an eighth of L1d; runs of that
+        # many bytes hand the next run to the output pass to fetch.
+        "run_ahead_bytes": _line(l1d // 8, 512),
+        # Values ahead of the float32 output pass of several-run slices: a
+        # quarter of L1d.
+        "ahead_f32": max(128, l1d // 4 // 4),
+        # Runs up to a quarter of L1d go image by image; longer ones slice by
+        # slice, which keeps the slice in L2 between its two looks.
+        "image_run_bytes": _line(l1d // 4, 1 * KIB),
+        # A row block of the column statistics reads half of L2 of its tile.
+        "col_block_bytes": l2 // 2,
+        # Rows x tile bytes of a column sweep: the sweep and the next one,
+        # fetched meanwhile, stay in L2 beside the output of the strip.
+        "sweep_bytes": _line(l2 // 16, 4 * KIB),
+        # The columns' output chunk: its float32 coefficients (3 a column,
+        # 12 bytes) within three eighths of L1d, in whole vectors of 64.
+        "out_chunk": max(64, l1d // 32 // 64 * 64),
+        # float64 rows run with periodic coefficients (24 bytes a column)
+        # while those stay within three eighths of L1d beside the stream.
+        "periodic_bytes": _line(l1d * 3 // 8, 1 * KIB),
+        # Outputs of a quarter of the last-level cache or more are written
+        # around the caches: kept, they would evict x and the caller's data
+        # and be read from memory anyway.
+        "stream_min_bytes": max(l3 // 4, 2 * l2),
+        # Columns a masked COLUMNS item walks: their states (72 bytes a
+        # column) within half of L1d, in whole vectors of 16.
+        "mask_tile": max(16, l1d // 2 // 72 // 16 * 16),
+    }
+
+
+
+def _loaded_kernels():
+    return [m for name, m in list(sys.modules.items())
+            if name.startswith("fastnorm._kernels_") and m is not None]
+
+
+@contextlib.contextmanager
+def use(machine):
+    """Run the enclosed calls with the tuning derived for `machine` (a
+    Machine) in every kernel module loaded: how the tests reach another
+    machine's routes.  Process-wide; not for use beside calls in flight."""
+    values = derive(machine)
+    modules = _loaded_kernels()
+    previous = [m.tuning() for m in modules]
+    for m in modules:
+        m.set_tuning(values)
+    try:
+        yield values
+    finally:
+        for m, old in zip(modules, previous):
+            m.set_tuning(old)
+
+
+def size_text(n):
+    """Bytes as the caches are usually quoted: 48 KiB, 2 MiB, 1.5 MiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:.3g} {unit}"
+    return f"{n} B"
+
+
+def describe(machine=None):
+    """One line of what was detected, as show_config prints it."""
+    m = MACHINE if machine is None else machine
+    return (f"L1d {size_text(m.l1d)}, L2 {size_text(m.l2)} a core, L3 {size_text(m.l3)}; "
+            f"{m.cores} cores ({m.source})")
+
+
+MACHINE = detect()
+TUNING = derive(MACHINE)

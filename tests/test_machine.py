@@ -1,0 +1,233 @@
+"""The machine the kernels tune themselves to: detection of the caches and
+cores, the tuning derived from them, and results that stay right (and the
+same for any thread count) whatever the machine.
+
+The rest of the suite runs on conftest's TEST_MACHINE; the machine really
+detected here is checked in a process of its own."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastnorm
+from fastnorm import _machine, _simd
+from fastnorm._machine import KIB, MIB, Machine
+from reference import (assert_bitwise, assert_close, ref_layer_norm, ref_mean_var, ref_norm_grads,
+                       ref_rms_norm)
+
+# Caches far smaller and far larger than any this runs on, and two real ones.
+TINY = Machine(l1d=4 * KIB, l2=64 * KIB, l3=256 * KIB, cores=1, source="test")
+ZEN = Machine(l1d=32 * KIB, l2=512 * KIB, l3=32 * MIB, cores=2, source="test")
+XEON = Machine(l1d=48 * KIB, l2=2 * MIB, l3=105 * MIB, cores=16, source="test")
+HUGE = Machine(l1d=128 * KIB, l2=16 * MIB, l3=1 << 30, cores=256, source="test")
+MACHINES = [TINY, ZEN, XEON, HUGE]
+
+
+# ---- reading sizes and FASTNORM_CACHES --------------------------------
+
+@pytest.mark.parametrize("text, value", [("32K", 32768), ("2M", 2 << 20), ("1G", 1 << 30),
+                                          ("512", 512), (" 48k ", 48 << 10), ("32768K", 32 << 20),
+                                          ("16KiB", 16 << 10)])
+def test_sizes_read_as_the_os_writes_them(text, value):
+    assert _machine.parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "K", "1.5M", "-4K", "12Q", "ten"])
+def test_a_size_that_is_not_one_says_so(text):
+    with pytest.raises(ValueError, match="not a size"):
+        _machine.parse_size(text)
+
+
+def test_override_takes_any_subset():
+    assert _machine.parse_override("l2=2M, cores=16") == {"l2": 2 << 20, "cores": 16}
+    assert _machine.parse_override("l1d=48K,l2=2M,l3=105M,cores=4") == {
+        "l1d": 48 << 10, "l2": 2 << 20, "l3": 105 << 20, "cores": 4}
+
+
+@pytest.mark.parametrize("text, match", [("l4=8M", "not one of"), ("l2", "not one of"),
+                                         ("l2=0", "must be positive"), ("cores=0", "must be positive"),
+                                         ("l2=big", "not a size")])
+def test_a_wrong_override_names_what_is_wrong(text, match):
+    with pytest.raises(ValueError, match=match):
+        _machine.parse_override(text)
+
+
+# ---- detection ----------------------------------------------------------
+
+def _no_source():
+    return {}
+
+
+def test_override_wins_then_sources_in_turn_then_fallbacks():
+    sources = (("first", lambda: {"l1d": 48 << 10}), ("second", lambda: {"l1d": 1, "l2": 1 << 20}))
+    m = _machine.detect({"FASTNORM_CACHES": "cores=3"}, sources)
+    assert (m.l1d, m.l2, m.l3, m.cores) == (48 << 10, 1 << 20, _machine.FALLBACK["l3"], 3)
+    assert m.source == "l1d: first; l2: second; l3: fallback; cores: FASTNORM_CACHES"
+
+
+def test_nothing_found_takes_every_fallback_and_the_processors():
+    m = _machine.detect({}, (("none", _no_source),))
+    assert (m.l1d, m.l2, m.l3) == tuple(_machine.FALLBACK[k] for k in ("l1d", "l2", "l3"))
+    assert m.cores == _machine._processors() >= 1
+    assert m.source == "l1d, l2, l3: fallback; cores: affinity"
+
+
+def test_a_source_that_fails_is_passed_over():
+    def broken():
+        raise OSError("no such file")
+    m = _machine.detect({}, (("broken", broken), ("next", lambda: {"l2": 3 << 20})))
+    assert m.l2 == 3 << 20 and "l2: next" in m.source
+
+
+def _cache(root, cpu, index, level, kind, size):
+    folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
+    folder.mkdir(parents=True)
+    (folder / "level").write_text(f"{level}\n")
+    (folder / "type").write_text(f"{kind}\n")
+    (folder / "size").write_text(f"{size}\n")
+
+
+def test_sysfs_gives_the_data_and_unified_caches(tmp_path, monkeypatch):
+    monkeypatch.setattr(_machine, "_first_cpu", lambda: 0)
+    _cache(tmp_path, 0, 0, 1, "Data", "48K")
+    _cache(tmp_path, 0, 1, 1, "Instruction", "32K")
+    _cache(tmp_path, 0, 2, 2, "Unified", "2048K")
+    _cache(tmp_path, 0, 3, 3, "Unified", "107520K")
+    assert _machine.from_sysfs(str(tmp_path)) == {"l1d": 48 << 10, "l2": 2 << 20,
+                                                  "l3": 105 << 20}
+
+
+def test_sysfs_without_caches_gives_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(_machine, "_first_cpu", lambda: 0)
+    assert _machine.from_sysfs(str(tmp_path)) == {}
+    _cache(tmp_path, 0, 0, 1, "Data", "garbage")
+    assert _machine.from_sysfs(str(tmp_path)) == {}
+
+
+def test_the_machine_detected_here_is_the_one_in_force():
+    # In a process of its own, without the suite's FASTNORM_CACHES.
+    env = {k: v for k, v in os.environ.items() if k != "FASTNORM_CACHES"}
+    code = ("import json, fastnorm; from fastnorm import _machine, _simd; "
+            "m = _machine.detect(); "
+            "print(json.dumps([m == _machine.MACHINE, "
+            "_simd.kernels.tuning() == _machine.derive(m), m.source]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    same_machine, same_tuning, source = json.loads(out.stdout)
+    assert same_machine and same_tuning
+    assert "FASTNORM_CACHES" not in source
+    if sys.platform.startswith("linux") and os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
+        assert "l2" in source.split("fallback")[0] or "fallback" not in source
+
+
+def test_show_config_and_explain_say_what_was_detected_and_chosen(capsys):
+    fastnorm.show_config()
+    text = capsys.readouterr().out
+    assert f"caches:   {_machine.describe()}" in text
+    assert "FASTNORM_CACHES" in text          # the suite's machine, named as the source
+    for name, value in _simd.kernels.tuning().items():
+        shown = str(value) if name in _machine.COUNTS else _machine.size_text(value)
+        assert f"{name} {shown}" in text
+    r = fastnorm.explain(fastnorm.layer_norm, np.zeros((4, 8), np.float32))
+    m = _machine.MACHINE
+    assert r["machine"] == {"l1d": m.l1d, "l2": m.l2, "l3": m.l3, "cores": m.cores,
+                            "source": m.source}
+    assert r["tuning"] == _machine.derive(m)
+
+
+# ---- the tuning derived ---------------------------------------------------
+
+@pytest.mark.parametrize("m", MACHINES, ids=["tiny", "zen", "xeon", "huge"])
+def test_every_value_is_a_positive_int_the_kernels_accept(m):
+    values = _machine.derive(m)
+    assert list(values) == list(_simd.kernels.TUNING_FIELDS)
+    assert all(type(v) is int and v > 0 for v in values.values()), values
+    with _machine.use(m):
+        assert _simd.kernels.tuning() == values
+
+
+def test_values_follow_the_caches_they_come_from():
+    small, large = _machine.derive(ZEN), _machine.derive(XEON)
+    for name in small:
+        assert small[name] <= large[name], name
+    # L2-sized decisions scale with L2, L1-sized ones with L1d.
+    assert large["sweep_bytes"] == 4 * small["sweep_bytes"]
+    assert large["col_block_bytes"] == 4 * small["col_block_bytes"]
+    assert large["prefetch_bytes"] * 2 == 3 * small["prefetch_bytes"]
+    assert large["stream_min_bytes"] > small["stream_min_bytes"]
+    # one core's L2 times the cores: the split that keeps each part in its L2
+    assert large["same_split_bytes"] == 2 * MIB * 16
+
+
+def test_values_keep_their_relations_on_any_machine():
+    for m in MACHINES:
+        t = _machine.derive(m)
+        assert t["cached_row_bytes_f64"] <= t["cached_row_bytes"]
+        assert t["cached_bytes_f64"] <= t["cached_bytes"]
+        assert t["cached_row_bytes"] >= 4 * KIB and t["cached_row_bytes_f64"] >= 2 * KIB
+        assert t["out_chunk"] % 64 == 0 and t["mask_tile"] % 16 == 0
+        assert t["stats_ahead"] % 64 == 0 and t["sweep_bytes"] % 64 == 0
+        assert t["stream_min_bytes"] >= 2 * m.l2
+
+
+def test_the_kernels_refuse_a_tuning_that_is_not_whole():
+    values = _machine.derive(ZEN)
+    with pytest.raises(ValueError, match="missing: sweep_bytes"):
+        _simd.kernels.set_tuning({k: v for k, v in values.items() if k != "sweep_bytes"})
+    with pytest.raises(ValueError, match="out_chunk must be positive"):
+        _simd.kernels.set_tuning(dict(values, out_chunk=0))
+    assert _simd.kernels.tuning() == _machine.TUNING    # unchanged by the refusals
+
+
+# ---- results on any machine ----------------------------------------------
+
+def _calls(rng, dtype):
+    """A call per pattern and way the tuning steers, on shapes that cross its
+    thresholds for the machines above: (name, thunk, reference)."""
+    out = []
+    for shape in [(33, 768), (600, 1000), (3000, 1100)]:        # rows, in cache and not
+        x = (3 + rng.standard_normal(shape)).astype(dtype)
+        g, b = rng.uniform(0.5, 2, shape[1]), rng.standard_normal(shape[1])
+        out.append((f"layer_norm rows {shape}", lambda x=x, g=g, b=b: fastnorm.layer_norm(x, g, b),
+                    ref_layer_norm(x, (1,), g, b)[0]))
+        out.append((f"rms_norm rows {shape}", lambda x=x, g=g: fastnorm.rms_norm(x, g),
+                    ref_rms_norm(x, (1,), g)[0]))
+        out.append((f"mean_var columns {shape}", lambda x=x: fastnorm.mean_var(x, axis=0)[1],
+                    ref_mean_var(x, (0,))[1][0]))
+    x = (3 + rng.standard_normal((2500, 700))).astype(dtype)         # columns, strips and blocks
+    out.append(("layer_norm axis 0", lambda x=x: fastnorm.layer_norm(x, axis=0),
+                ref_layer_norm(x, (0,))[0]))
+    x = (3 + rng.standard_normal((6, 24, 30, 30))).astype(dtype)     # images
+    out.append(("batch_norm NCHW", lambda x=x: fastnorm.batch_norm(x),
+                ref_layer_norm(x, (0, 2, 3))[0]))
+    x = (3 + rng.standard_normal((4, 20, 20, 48))).astype(dtype)     # NHWC columns
+    out.append(("batch_norm NHWC", lambda x=x: fastnorm.batch_norm(x, axis=(0, 1, 2)),
+                ref_layer_norm(x, (0, 1, 2))[0]))
+    x = (3 + rng.standard_normal((900, 1000))).astype(dtype)         # gradients
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    _, m, r = fastnorm.layer_norm(x, return_stats=True)
+    out.append(("layer_norm_backward rows",
+                lambda x=x, dy=dy, m=m, r=r: fastnorm.layer_norm_backward(dy, x, m, r)[0],
+                ref_norm_grads(dy, x, (1,), (1,))["dx"]))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m", [TINY, ZEN, XEON, HUGE, None],
+                         ids=["tiny", "zen", "xeon", "huge", "detected"])
+def test_results_are_right_and_thread_independent_on_any_machine(m, dtype):
+    rng = np.random.default_rng(7)
+    machine = _machine.detect({k: v for k, v in os.environ.items()
+                               if k != "FASTNORM_CACHES"}) if m is None else m
+    tol = 2e-5 if dtype == np.float32 else 1e-11
+    with _machine.use(machine):
+        for name, call, ref in _calls(rng, dtype):
+            fastnorm.set_num_threads(1)
+            one = np.asarray(call())
+            fastnorm.set_num_threads(3)
+            three = np.asarray(call())
+            assert_bitwise(one, three, name)
+            assert_close(one, ref, tol * (1 + np.abs(ref)), name)
