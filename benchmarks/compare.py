@@ -4,9 +4,9 @@
 
 Every row of the performance goal: fastnorm against a copy of the same bytes
 with 1 and 2 threads, against the NumPy code a user would write and, where
-installed (``pip install '.[compare]'``), against PyTorch, ONNX Runtime and
-JAX; then the peak memory of every public call.  ``--help`` lists the options.
-It measures the fastnorm installed in the Python that runs it; the code is
+installed (``pip install '.[compare]'``), against PyTorch, ONNX Runtime,
+JAX and numba; then the peak memory of every public call.  ``--help`` lists
+the options.  It measures the fastnorm installed in the Python that runs it; the code is
 the package ``comparison`` beside this file.
 
 Not an asv benchmark: asv imports this module and finds nothing to time.

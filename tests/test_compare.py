@@ -41,6 +41,30 @@ def test_numpy_code_agrees_with_fastnorm(case, dtype):
     assert agrees(error, dtype), error
 
 
+NUMBA_CASES = [c for c in cases.STREAMING if not c.allocating] + [cases.SMALL_CALL]
+
+
+def test_numba_code_agrees_with_fastnorm():
+    # Only where numba is installed (the comparison's optional rival); each
+    # kernel compiles on its first call (a few seconds).  One test for all
+    # rows, so that a run without numba skips it once.
+    pytest.importorskip("numba")
+    from comparison import numba_code
+    kernels = numba_code.load()[1]
+    for case in NUMBA_CASES:
+        for dtype in ("float32", "float64"):
+            inp = make_inputs(cases.shrunk(case, 32), dtype, seed=3)
+            want = as_tuple(fastnorm_calls.build(inp)())
+            try:
+                code = numba_code.build(kernels, inp)
+            except NotImplementedError as e:
+                # every forward row has numba code
+                assert case.op.endswith("_backward"), (case.name, e)
+                continue
+            error = disagreement(code(), want)
+            assert agrees(error, dtype), (case.name, dtype, error)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_copy_yardstick_copies(threads):
     x = np.arange(1001 * 7, dtype=np.float32).reshape(1001, 7)
@@ -76,7 +100,7 @@ def test_quick_run_prints_every_table(tmp_path):
         [sys.executable, "-I", COMPARE, "--quick", "--no-rss",
          "--only", "layer_norm rows", "--only", "mean_var columns", "--dtype", "float32",
          "--without", "torch", "--without", "onnxruntime", "--without", "jax",
-         "--json", str(out)],
+         "--without", "numba", "--json", str(out)],
         capture_output=True, text=True, timeout=300, cwd=HERE)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for title in ("against the copy yardstick", "1 thread against 2", "one small call",
@@ -129,13 +153,14 @@ def test_asv_finds_no_benchmark_in_the_comparison():
 
 
 def test_importing_the_comparison_loads_no_other_library(run_python):
-    # asv imports every module, also where PyTorch, ONNX Runtime and JAX are
-    # not installed: each is imported only when the comparison runs.
+    # asv imports every module, also where PyTorch, ONNX Runtime, JAX and
+    # numba are not installed: each is imported only when the comparison runs.
     p = run_python("import importlib, pkgutil, sys\n"
                    f"sys.path.insert(0, {BENCHMARKS!r})\n"
                    "import comparison\n"
                    "for i in pkgutil.iter_modules(comparison.__path__, 'comparison.'):\n"
                    "    importlib.import_module(i.name)\n"
-                   "print(sorted({'torch', 'onnxruntime', 'onnx', 'jax'} & set(sys.modules)))")
+                   "print(sorted({'torch', 'onnxruntime', 'onnx', 'jax', 'numba', 'llvmlite'}"
+                   " & set(sys.modules)))")
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.split() == ["[]"]

@@ -1,8 +1,8 @@
 """The full comparison, run by ``python benchmarks/compare.py``: every row
 of the performance goal, fastnorm against a copy of the same bytes with 1
 and 2 threads (and a read of them, for each row's floor), against the NumPy
-code a user would write and, where installed, against PyTorch, ONNX Runtime
-and JAX; then the peak memory of every public call.
+code a user would write and, where installed, against PyTorch, ONNX Runtime,
+JAX and numba; then the peak memory of every public call.
 
 It is not part of the installed package: it measures an installed fastnorm
 through its public functions alone.  asv imports every module here while
@@ -13,7 +13,8 @@ One job per module:
 
 * cases: the rows, their targets and their traffic models
 * inputs: the arrays of a row, the same in every process
-* fastnorm_calls, numpy_code, torch_code, ort_code, jax_code: each side's code
+* fastnorm_calls, numpy_code, torch_code, ort_code, jax_code, numba_code: each
+  side's code
 * yardstick: the copy and the read of x with n threads
 * agree: whether two results are the same computation
 * timing: interleaved repetitions, medians, per-repetition ratios

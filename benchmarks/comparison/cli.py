@@ -14,7 +14,7 @@ from . import cases, measure, peak_rss, report, rivals
 from .console import Progress, load_average
 from .timing import Budget
 
-RIVALS = ("torch", "onnxruntime", "jax")
+RIVALS = ("torch", "onnxruntime", "jax", "numba")
 
 FULL = Budget(row_s=2.0, slow_s=1.5, min_reps=5, max_reps=31, min_slow=3, max_slow=5,
               sample_s=0.005)
@@ -33,7 +33,7 @@ def parse_args(argv):
         description="Measure every row of fastnorm's performance goal: against a copy "
                     "of the same bytes with 1 and 2 threads, against the NumPy code a "
                     "user would write and, where installed, against PyTorch, ONNX "
-                    "Runtime and JAX; then the peak memory of every public call.")
+                    "Runtime, JAX and numba; then the peak memory of every public call.")
     p.add_argument("--quick", action="store_true",
                    help="small arrays, few repetitions: checks that everything runs")
     p.add_argument("--json", metavar="PATH", help="also write every row to PATH as JSON")

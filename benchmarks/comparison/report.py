@@ -4,7 +4,7 @@ from .console import format_table
 from .measure import THREADS
 from .rivals import NOTES
 
-SHORT = {"torch": "torch", "onnxruntime": "ORT", "jax": "JAX"}
+SHORT = {"torch": "torch", "onnxruntime": "ORT", "jax": "JAX", "numba": "numba"}
 
 
 def _num(v, fmt):

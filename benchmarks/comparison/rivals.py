@@ -9,7 +9,7 @@ result that differs from fastnorm's).
 """
 import importlib.util
 
-from . import jax_worker, ort_code, torch_code
+from . import jax_worker, numba_code, ort_code, torch_code
 from .agree import agrees, disagreement
 from .timing import Timed
 
@@ -25,6 +25,12 @@ NOTES = {
            "jit, forward recomputed); allocates every output; n threads = a worker process "
            "restricted to n CPUs (sched_setaffinity), so XLA's pool has n threads "
            "(1 thread also: XLA_FLAGS=" + jax_worker.SINGLE_THREAD_FLAGS + ")",
+    "numba": "numba: hand-written loops, numba.njit(parallel=True, fastmath=False), "
+             "numba.prange over rows (layer/rms norm, mean_var rows, layer_norm and rms_norm "
+             "backward: chunks of rows), row chunks with per-column partial sums (columns, "
+             "batch_norm (N, C)/NHWC) or channels (NCHW); float64 sums, two passes "
+             "(mean, then variance); outputs allocated once; numba.set_num_threads(n); "
+             "compiled before timing; no other gradients",
 }
 
 
@@ -147,10 +153,52 @@ class JaxRival:
         self.workers = {}
 
 
+class NumbaRival:
+    name = "numba"
+
+    def __init__(self):
+        self.numba, self.kernels = numba_code.load()
+
+    @property
+    def version(self):
+        """numba's and llvmlite's versions, and the threading layer once a
+        parallel kernel has run (read at the end of the run)."""
+        import llvmlite
+        numba = self.numba
+        text = f"{numba.__version__} (llvmlite {llvmlite.__version__}"
+        try:
+            text += f", threading layer {numba.threading_layer()}"
+        except ValueError:   # no parallel kernel has run yet
+            pass
+        return text + ")"
+
+    def columns(self, case, inp, want, threads):
+        numba = self.numba
+        if max(threads) > numba.config.NUMBA_NUM_THREADS:
+            raise Skip(f"numba's pool has {numba.config.NUMBA_NUM_THREADS} threads "
+                       "(NUMBA_NUM_THREADS)")
+        try:
+            call = numba_code.build(self.kernels, inp)
+        except NotImplementedError as e:
+            raise Skip(str(e)) from None
+        # The first call compiles the kernel for this dtype and layout: here,
+        # untimed, with the check.
+        numba.set_num_threads(max(threads))
+        error = _checked(call(), want, inp.dtype)
+        return [Timed((self.name, n), call, enter=lambda n=n: numba.set_num_threads(n))
+                for n in threads], error
+
+    def release(self):
+        pass
+
+    def close(self):
+        pass
+
+
 def load(names, threads):
     """(the rivals that loaded, {name: why not} for the others)."""
     makers = {"torch": TorchRival, "onnxruntime": OrtRival,
-              "jax": lambda: JaxRival(threads)}
+              "jax": lambda: JaxRival(threads), "numba": NumbaRival}
     loaded, missing = [], {}
     for name in names:
         try:
