@@ -382,25 +382,50 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
     addition."""
     cdef fn_vd mu[FN_NVC]
     cdef fn_vd q[FN_NVC]
+    cdef fn_vd mu2[FN_NVC]
+    cdef fn_vd q2[FN_NVC]
     cdef fn_vd piv[FN_NVC]
-    cdef fn_vd r, d
+    cdef fn_vd r, d, e
     cdef const char* row
-    cdef Py_ssize_t k
+    cdef Py_ssize_t k, w = FN_W * <Py_ssize_t>sizeof(in_t)
     cdef Ahead a = ahead[0]       # a local: its fields stay in registers
     cdef int v
     for v in range(FN_NVC):
         mu[v] = fn_load_f64(mean + v * FN_W)
         q[v] = fn_load_f64(m2 + v * FN_W)
         piv[v] = fn_load_f64(pivot + v * FN_W)
+    if in_t is not double:
+        # Two rows a step into two sets of sums: one set would wait on the
+        # FMA's latency every row.
+        for v in range(FN_NVC):
+            mu2[v] = fn_zero()
+            q2[v] = fn_zero()
+        for k in range(0, nrows - 1, 2):
+            row = x + k * rs
+            ahead_step(&a)
+            ahead_step(&a)
+            for v in range(FN_NVC):
+                d = fn_sub(vload(row + v * w, sizeof(in_t), ki), piv[v])
+                e = fn_sub(vload(row + rs + v * w, sizeof(in_t), ki), piv[v])
+                mu[v] = fn_add(mu[v], d)
+                q[v] = fn_fma(d, d, q[v])
+                mu2[v] = fn_add(mu2[v], e)
+                q2[v] = fn_fma(e, e, q2[v])
+        if nrows % 2:
+            row = x + (nrows - 1) * rs
+            ahead_step(&a)
+            for v in range(FN_NVC):
+                d = fn_sub(vload(row + v * w, sizeof(in_t), ki), piv[v])
+                mu[v] = fn_add(mu[v], d)
+                q[v] = fn_fma(d, d, q[v])
+        for v in range(FN_NVC):
+            fn_store_f64(mean + v * FN_W, fn_add(mu[v], mu2[v]))
+            fn_store_f64(m2 + v * FN_W, fn_add(q[v], q2[v]))
+        ahead[0] = a
+        return
     for k in range(nrows):
         row = x + k * rs
         ahead_step(&a)
-        if in_t is not double:
-            for v in range(FN_NVC):
-                d = fn_sub(vload(row + v * FN_W * <Py_ssize_t>sizeof(in_t), sizeof(in_t), ki), piv[v])
-                mu[v] = fn_add(mu[v], d)
-                q[v] = fn_fma(d, d, q[v])
-            continue
         r = fn_set1(1.0 / <double>(k0 + k + 1))
         for v in range(FN_NVC):
             welford_step(shifted(vload(row + v * FN_W * <Py_ssize_t>sizeof(in_t), sizeof(in_t), ki),
