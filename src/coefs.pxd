@@ -49,8 +49,15 @@ cdef inline Coef record(Moments m, double pivot, int mode, const Layout* L, Py_s
     """Write a slice's statistics to the stat arrays at byte offset off
     (unless the caller wants none: no arrays) and return the coefficients
     that normalize it; scale is rstd_of's."""
+    return record_var(m, pivot, mode, L, off, scale, m.m2 / m.n)
+
+
+cdef inline Coef record_var(Moments m, double pivot, int mode, const Layout* L,
+                            Py_ssize_t off, double scale, double var) noexcept nogil:
+    """record, with the variance m.m2 / m.n the caller took (in a vector of
+    columns: the same division, lane by lane)."""
     cdef Coef c
-    cdef double var = m.m2 / m.n, mean = pivot + m.mean
+    cdef double mean = pivot + m.mean
     c.pivot = pivot
     c.shift = m.mean
     c.scale = scale
