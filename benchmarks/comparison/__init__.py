@@ -11,7 +11,8 @@ and none defines a name asv would take for a benchmark.
 
 One job per module:
 
-* cases: the rows, their targets and their traffic models
+* cases: the rows, their targets and their stream models
+* floor: the stream model's floor of a row, from the copy and the read
 * inputs: the arrays of a row, the same in every process
 * fastnorm_calls, numpy_code, torch_code, ort_code, jax_code, numba_code: each
   side's code
@@ -22,6 +23,8 @@ One job per module:
 * jax_worker: JAX in processes of their own (XLA's thread count is per process)
 * measure: one row of each kind, measured
 * report: the tables
+* markdown: the tables as Markdown, with the date, machine and versions
+* machine: the machine in one line (lscpu)
 * peak_rss: peak memory of each call in a fresh process
 * console: the progress bar, the text tables' layout, the load average
 * cli: the command line

@@ -7,17 +7,48 @@ Three kinds of row, each measured against its own yardstick:
   into a preallocated array with the same number of threads (the target is
   the highest ``fastnorm / copy`` ratio allowed), and against NumPy and the
   other libraries.  ``allocating`` rows call fastnorm without ``out=`` and
-  are timed against ``np.copy``, which allocates too.  Each row's traffic
-  model gives its floor from the copy and the read of x (see Case).
-* SMALL_CALL: a whole call on an array that fits in L1 (the target is a
-  time in seconds).
+  are timed against ``np.copy``, which allocates too.  Each row's looks at
+  its arrays give its floor from the copy and the read of x (floor.py); a
+  gradient's target is the larger of its number and its floor.
+* SMALL_CALLS: whole calls on arrays that fit in L1 (the target is a time
+  in seconds).
 * SCALING: in-cache arrays, 1 thread against 2 (the target is the lowest
   ``time(1) / time(2)`` allowed).
+
+The targets are the goal's, one for one:
+
+* layer_norm rows 1.15 (float32 and float64, up to 512 MiB), over trailing
+  axes with a per-element gain 1.15, over axis 0 1.3;
+* batch_norm training (NCHW, NHWC, (N, C)) 1.6; batch_norm eval and
+  rms_norm 1.1;
+* mean_var over rows and columns 0.55 (it only reads: half a copy's
+  traffic);
+* gradients 1.6 where their passes allow it, else their stream floor;
+* small calls: layer_norm and rms_norm of (32, 768) float32 3 us, of
+  (1, 256) 1 us; batch_norm of (32, 768) over axis 0 5 us; mean_var of
+  (32, 768) 2.5 us;
+* 2 threads at least 1.8x faster than 1 on in-cache sizes, every forward.
+
+Rows that allocate take the target of their call with ``out=``.
 """
 from dataclasses import dataclass, replace
 
+from .floor import Looks
+
 BOTH = ("float32", "float64")
 F32 = ("float32",)
+
+# Looks at the arrays of x's size (floor.py): a single pass reads x and
+# writes y (one copy); mean_var reads x once; batch_norm training and
+# layer_norm over axis 0 take every slice's statistics before its output,
+# and their slices do not stay in cache (x read twice); a gradient whose
+# slices stay in cache reads x and dy once for dx; batch_norm's reads x
+# and dy for the sums over the batch, then again for dx.
+ONE_PASS = Looks((("x", 1),), ("y",))
+READ_ONLY = Looks((("x", 1),))
+TWO_LOOKS = Looks((("x", 2),), ("y",))
+GRADIENT = Looks((("x", 1), ("dy", 1)), ("dx",))
+BATCH_GRADIENT = Looks((("x", 2), ("dy", 2)), ("dx",))
 
 
 @dataclass(frozen=True)
@@ -29,82 +60,86 @@ class Case:
     target: float     # the goal's bound (see the module docstring for its meaning per kind)
     dtypes: tuple = BOTH
     allocating: bool = False   # no out=: the yardstick is np.copy, which allocates too
-    # The stream model's least traffic, as (reads, copies) of x's bytes: a
-    # call that reads x and writes y once is one copy; each further look at
-    # an input that does not stay in cache is one more read.  Its floor is
-    # reads * read + copies * copy, both yardsticks timed in the same run.
-    traffic: tuple = (0, 1)
+    looks: Looks = ONE_PASS    # the stream model: its floor (floor.py)
+    # The goal's bound is the larger of target and the floor: a gradient's
+    # passes may not allow its target on a machine whose reads are slow
+    # against its copies (floor.bound).
+    or_floor: bool = False
 
     @property
     def name(self):
-        """Unique across the run (labels repeat across the three kinds)."""
+        """Unique within a kind (labels repeat across the three kinds, and
+        SCALING has rows of STREAMING's shapes)."""
         return f"{self.label} {'x'.join(map(str, self.shape))}"
 
 
-# Traffic models (see Case.traffic): mean_var reads x once; batch_norm
-# training and layer_norm over axis 0 take every slice's statistics before
-# its output, and their slices do not stay in cache (two looks at x); a
-# gradient whose slices stay in cache reads dy besides x -> dx; batch_norm's
-# reads x and dy for the sums over the batch, then again for dx.
-READ_ONLY = (1, 0)
-TWO_LOOKS = (1, 1)
-GRADIENT = (1, 1)
-BATCH_GRADIENT = (3, 1)
+def _gradient(label, op, shape, axis, looks):
+    return Case(label, op, shape, axis, 1.6, looks=looks, or_floor=True)
 
-# Targets: single-pass forwards 1.15 (1.3 where the reduced axis is the
-# strided one), batch_norm training 1.6 (statistics need a second look at
-# x), eval and rms_norm 1.1, mean_var 0.55 (it only reads: half a copy's
-# traffic), backward 1.6 (three streams: dy and x in, dx out, against the
-# copy's two).
+
 STREAMING = [
     Case("layer_norm rows", "layer_norm", (8192, 1024), -1, 1.15),
-    Case("layer_norm rows", "layer_norm", (16384, 4096), -1, 1.15),
+    Case("layer_norm rows", "layer_norm", (16384, 4096), -1, 1.15),   # 512 MiB in float64
     Case("layer_norm last 2 axes", "layer_norm", (64, 196, 768), (1, 2), 1.15),
     Case("layer_norm short rows", "layer_norm", (131072, 32), -1, 1.15),
-    Case("layer_norm axis 0", "layer_norm", (4096, 4096), 0, 1.3, traffic=TWO_LOOKS),
-    Case("batch_norm NCHW", "batch_norm", (64, 64, 56, 56), None, 1.6, traffic=TWO_LOOKS),
+    Case("layer_norm axis 0", "layer_norm", (4096, 4096), 0, 1.3, looks=TWO_LOOKS),
+    Case("batch_norm NCHW", "batch_norm", (64, 64, 56, 56), None, 1.6, looks=TWO_LOOKS),
     Case("batch_norm NHWC", "batch_norm", (64, 56, 56, 64), (0, 1, 2), 1.6,
-         traffic=TWO_LOOKS),
-    Case("batch_norm (N, C)", "batch_norm", (65536, 512), 0, 1.6, traffic=TWO_LOOKS),
+         looks=TWO_LOOKS),
+    Case("batch_norm (N, C)", "batch_norm", (65536, 512), 0, 1.6, looks=TWO_LOOKS),
     Case("batch_norm NCHW 7x7", "batch_norm", (256, 512, 7, 7), None, 1.6,
-         traffic=TWO_LOOKS),
+         looks=TWO_LOOKS),
     Case("batch_norm eval NCHW", "batch_norm_eval", (64, 64, 56, 56), None, 1.1),
     Case("batch_norm eval NHWC", "batch_norm_eval", (64, 56, 56, 64), (0, 1, 2), 1.1),
     Case("rms_norm rows", "rms_norm", (8192, 1024), -1, 1.1),
-    Case("mean_var rows", "mean_var", (8192, 1024), -1, 0.55, traffic=READ_ONLY),
-    Case("mean_var columns", "mean_var", (8192, 1024), 0, 0.55, traffic=READ_ONLY),
-    Case("layer_norm bwd rows", "layer_norm_backward", (8192, 1024), -1, 1.6,
-         traffic=GRADIENT),
-    Case("rms_norm bwd rows", "rms_norm_backward", (8192, 1024), -1, 1.6,
-         traffic=GRADIENT),
-    Case("batch_norm bwd NCHW", "batch_norm_backward", (64, 64, 56, 56), None, 1.6,
-         traffic=BATCH_GRADIENT),
-    Case("batch_norm bwd (N, C)", "batch_norm_backward", (65536, 512), 0, 1.6,
-         traffic=BATCH_GRADIENT),
-    Case("batch_norm bwd NCHW 7x7", "batch_norm_backward", (256, 512, 7, 7), None, 1.6,
-         traffic=BATCH_GRADIENT),
-    Case("group_norm bwd NCHW", "group_norm_backward", (64, 64, 56, 56), 1, 1.6,
-         traffic=GRADIENT),
-    Case("layer_norm rows, allocating", "layer_norm", (8192, 1024), -1, 1.1,
+    Case("mean_var rows", "mean_var", (8192, 1024), -1, 0.55, looks=READ_ONLY),
+    Case("mean_var columns", "mean_var", (8192, 1024), 0, 0.55, looks=READ_ONLY),
+    _gradient("layer_norm bwd rows", "layer_norm_backward", (8192, 1024), -1, GRADIENT),
+    _gradient("rms_norm bwd rows", "rms_norm_backward", (8192, 1024), -1, GRADIENT),
+    _gradient("batch_norm bwd NCHW", "batch_norm_backward", (64, 64, 56, 56), None,
+              BATCH_GRADIENT),
+    _gradient("batch_norm bwd (N, C)", "batch_norm_backward", (65536, 512), 0,
+              BATCH_GRADIENT),
+    _gradient("batch_norm bwd NCHW 7x7", "batch_norm_backward", (256, 512, 7, 7), None,
+              BATCH_GRADIENT),
+    _gradient("group_norm bwd NCHW", "group_norm_backward", (64, 64, 56, 56), 1, GRADIENT),
+    Case("layer_norm rows, allocating", "layer_norm", (8192, 1024), -1, 1.15,
          allocating=True),
     Case("rms_norm rows, allocating", "rms_norm", (8192, 1024), -1, 1.1, allocating=True),
     Case("batch_norm eval, allocating", "batch_norm_eval", (64, 64, 56, 56), None, 1.1,
          allocating=True),
 ]
 
-# Whole call, default threads (small inputs run on one thread), seconds.
-SMALL_CALL = Case("layer_norm small call", "layer_norm", (32, 768), -1, 5e-6, F32,
-                  allocating=True)
-
-# In cache (1 MiB of float32 in, at most 1 MiB out): time(1) / time(2).
-SCALING = [
-    Case("layer_norm rows", "layer_norm", (256, 1024), -1, 1.8, F32),
-    Case("rms_norm rows", "rms_norm", (256, 1024), -1, 1.8, F32),
-    Case("mean_var rows", "mean_var", (256, 1024), -1, 1.8, F32),
-    Case("mean_var columns", "mean_var", (256, 1024), 0, 1.8, F32),
-    Case("batch_norm (N, C)", "batch_norm", (2048, 128), 0, 1.8, F32),
-    Case("layer_norm bwd rows", "layer_norm_backward", (256, 1024), -1, 1.8, F32),
+# Whole calls allocating their output, float32, seconds; the most threads
+# of the run allowed (fastnorm runs calls this small on one thread).  Every
+# label holds "small call" (--only 'small call').
+SMALL_CALLS = [
+    Case("layer_norm small call", "layer_norm", (32, 768), -1, 3e-6, F32, allocating=True),
+    Case("rms_norm small call", "rms_norm", (32, 768), -1, 3e-6, F32, allocating=True),
+    Case("layer_norm small call", "layer_norm", (1, 256), -1, 1e-6, F32, allocating=True),
+    Case("rms_norm small call", "rms_norm", (1, 256), -1, 1e-6, F32, allocating=True),
+    Case("batch_norm (N, C) small call", "batch_norm", (32, 768), 0, 5e-6, F32,
+         allocating=True),
+    Case("mean_var rows small call", "mean_var", (32, 768), -1, 2.5e-6, F32,
+         allocating=True),
 ]
+
+# In cache, time(1) / time(2), every forward at two sizes: (256, 1024), 1
+# MiB of float32 in and at most 1 MiB out, and (8192, 1024), 32 MiB in (the
+# last-level cache of the goal's machines).  The layer_norm gradient's row
+# is kept from before the goal named the forwards alone.
+_IN_CACHE = ((256, 1024), (8192, 1024))
+SCALING = [Case(label, op, shape, axis, 1.8, F32)
+           for label, op, axis, shapes in [
+               ("layer_norm rows", "layer_norm", -1, _IN_CACHE),
+               ("rms_norm rows", "rms_norm", -1, _IN_CACHE),
+               ("mean_var rows", "mean_var", -1, _IN_CACHE),
+               ("mean_var columns", "mean_var", 0, _IN_CACHE),
+               ("batch_norm (N, C)", "batch_norm", 0, ((2048, 128), (8192, 1024))),
+               ("layer_norm axis 0", "layer_norm", 0, _IN_CACHE),
+               ("layer_norm bwd rows", "layer_norm_backward", -1, _IN_CACHE[:1]),
+           ]
+           for shape in shapes]
 
 
 def shrunk(case, factor):

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 import fastnorm
-from . import cases, measure, peak_rss, report, rivals
+from . import cases, markdown, measure, peak_rss, report, rivals
 from .console import Progress, load_average
 from .timing import Budget
 
@@ -37,6 +37,10 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true",
                    help="small arrays, few repetitions: checks that everything runs")
     p.add_argument("--json", metavar="PATH", help="also write every row to PATH as JSON")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="also write the timing tables to PATH as Markdown, with the date, "
+                        "the machine (lscpu) and the versions (for docs/performance.md; "
+                        "nothing with --rss-only)")
     p.add_argument("--only", metavar="TEXT", action="append",
                    help="only the rows whose case name contains TEXT (repeatable)")
     p.add_argument("--dtype", action="append", choices=["float32", "float64"],
@@ -50,10 +54,12 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def _selected(case_list, args):
+def _selected(case_list, args, shrink=True):
+    """The cases --only keeps; quick runs shrink them unless they are small
+    calls already (shrink=False)."""
     keep = [c for c in case_list
             if not args.only or any(t in c.name for t in args.only)]
-    return [cases.shrunk(c, QUICK_SHRINK) for c in keep] if args.quick else keep
+    return [cases.shrunk(c, QUICK_SHRINK) for c in keep] if args.quick and shrink else keep
 
 
 def _versions(loaded, missing):
@@ -89,7 +95,8 @@ def _plan(args):
     plan = []
     for c in _selected(cases.STREAMING, args):
         plan += [("streaming", c, d) for d in c.dtypes if not args.dtype or d in args.dtype]
-    plan += [("small call", c, c.dtypes[0]) for c in _selected([cases.SMALL_CALL], args)]
+    plan += [("small call", c, c.dtypes[0])
+             for c in _selected(cases.SMALL_CALLS, args, shrink=False)]
     plan += [("scaling", c, c.dtypes[0]) for c in _selected(cases.SCALING, args)]
     return plan
 
@@ -127,14 +134,16 @@ def main(argv=None):
     load_before = load_average()
     fastnorm.show_config()
     sys.stdout.flush()
-    rows, loaded, missing, rss = [], [], {}, None
+    rows, loaded, missing, rss, rival_versions = [], [], {}, None, {}
     if not args.rss_only:
         wanted = [n for n in RIVALS if n not in args.without]
         loaded, missing = rivals.load(wanted, measure.THREADS)
         try:
             rows = run_rows(_plan(args), loaded, args.quick)
         finally:
+            # After the run: numba names its threading layer once it has run.
             versions = _versions(loaded, missing)
+            rival_versions = {r.name: r.version for r in loaded}
             for r in loaded:
                 r.close()
     else:
@@ -149,4 +158,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "peak_rss": rss, "versions": versions}, f, indent=1,
                       default=str)
+    if args.markdown and rows:
+        markdown.write(args.markdown, rows, rival_versions,
+                       {name: f"not compared: {why}" for name, why in missing.items()})
     return 1 if any("error" in r for r in rows + (rss or [])) else 0

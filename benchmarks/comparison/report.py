@@ -1,6 +1,7 @@
 """The printed tables: one line per row (case x dtype) in each."""
 from . import peak_rss
 from .console import format_table
+from .floor import Looks
 from .measure import THREADS
 from .rivals import NOTES
 
@@ -51,9 +52,32 @@ def targets_table(rows):
         ("fastnorm 1t/2t", 14, lambda r: _pair(r["fastnorm_ms"], ".2f")),
         ("/copy 1t/2t", 11, lambda r: _pair(r["ratio"], ".2f")),
         ("floor 1t/2t", 11, lambda r: _pair(r.get("floor"), ".2f")),
-        ("target", 6, lambda r: f"{r['target']:.2f}"),
+        ("target", 6, target_text),
         ("met", 6, lambda r: _met(r["met"])),
     ], rows)
+
+
+def target_text(r):
+    """The target, marked '*' where the floor may stand in for it."""
+    return f"{r['target']:.2f}" + ("*" if r.get("or_floor") else "")
+
+
+def looks_of(r):
+    """The row's stream model (floor.Looks) from its JSON-able form."""
+    d = r["looks"]
+    return Looks(tuple(d["read"].items()), tuple(d["written"]))
+
+
+def floor_lines(rows):
+    """One line per stream model among the rows: what it reads and writes,
+    its floor's formula, and the cases it holds."""
+    models = {}
+    for r in rows:
+        if "looks" in r:
+            looks = looks_of(r)
+            models.setdefault(looks, []).append(r["case"])
+    return [f"{looks.text()}: floor {looks.formula()}: {', '.join(dict.fromkeys(names))}"
+            for looks, names in models.items()]
 
 
 def _rival(name, field, fmt, keys=(1, 2)):
@@ -149,7 +173,9 @@ def summary_lines(rows):
 
 def _unmet_detail(r):
     if r["kind"] == "streaming":
-        return (f"/copy {_pair(r['ratio'], '.2f')} > {r['target']:.2f} "
+        bound = (f"{_pair(r['bound'], '.2f')} (the larger of {r['target']:.2f} and the floor)"
+                 if r.get("or_floor") else f"{r['target']:.2f}")
+        return (f"/copy {_pair(r['ratio'], '.2f')} > {bound} "
                 f"(floor {_pair(r.get('floor'), '.2f')})")
     if r["kind"] == "small call":
         return f"{r['fastnorm_us']:.2f} us > {1e6 * r['target']:.1f} us"
@@ -179,14 +205,17 @@ def timing_sections(rows, names, missing):
                      "against np.copy (which allocates too).",
                      "  read = x's bytes read once (np.add.reduce over an unsigned integer "
                      "view, split as the copy): what one look at x costs.",
-                     "  floor = the stream model's least time, in copies: a copy for each "
-                     "pass that reads x and writes y, a read for each other look at an input "
-                     "that does not stay in cache (mean_var: 1 read; batch_norm training, "
-                     "layer_norm over axis 0, gradients: 1 read + 1 copy; batch_norm's "
-                     "gradient: 3 reads + 1 copy)."]),
+                     "  floor = the stream model's least time, in copies: with R reads of "
+                     "arrays of x's size (each look at an input that does not stay in cache) "
+                     "and W such arrays written,",
+                     "  W copies + (R - W) reads: floor = W + (R - W) * read/copy (median of "
+                     "the per-repetition ratios, as many threads):",
+                     *("    " + line for line in floor_lines(kinds["streaming"])),
+                     "  * gradients: met when /copy is at most the larger of the target and "
+                     "the floor (their passes may not allow the target)."]),
         _section("in cache: fastnorm with 1 thread against 2", scaling_table(kinds["scaling"])),
-        _section(f"one small call (whole call, allocating its output; {THREADS[-1]} threads "
-                 "allowed, each library decides how many to use), microseconds",
+        _section(f"small calls (one whole call each, allocating its output; {THREADS[-1]} "
+                 "threads allowed, each library decides how many to use), microseconds",
                  small_call_table(kinds["small call"], names)),
         _section("fastnorm against NumPy and other libraries (ms 1t/2t; x = their time / "
                  "fastnorm's with as many threads)",
