@@ -114,8 +114,10 @@ def from_sysctl():
     """macOS: the performance cores' caches (Apple's L2 is shared by a
     cluster: a core's part is its size over the cores that share it; with no
     L3 that shared L2 is the last level)."""
+    if sys.platform != "darwin":
+        return {}
     path = ctypes.util.find_library("c")
-    if sys.platform != "darwin" or not path:
+    if not path:
         return {}
     libc = ctypes.CDLL(path)
 

@@ -107,6 +107,14 @@ def test_sysfs_without_caches_gives_nothing(tmp_path, monkeypatch):
     assert _machine.from_sysfs(str(tmp_path)) == {}
 
 
+def test_sysctl_is_asked_on_macos_only(monkeypatch):
+    # Elsewhere, looking for libc would start a process (ldconfig) at import.
+    monkeypatch.setattr(_machine.sys, "platform", "linux")
+    monkeypatch.setattr(_machine.ctypes.util, "find_library",
+                        lambda name: pytest.fail("looked for libc off macOS"))
+    assert _machine.from_sysctl() == {}
+
+
 def test_the_machine_detected_here_is_the_one_in_force():
     # In a process of its own, without the suite's FASTNORM_CACHES.
     env = {k: v for k, v in os.environ.items() if k != "FASTNORM_CACHES"}
