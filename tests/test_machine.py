@@ -115,15 +115,17 @@ def test_sysctl_is_asked_on_macos_only(monkeypatch):
     assert _machine.from_sysctl() == {}
 
 
-def test_the_machine_detected_here_is_the_one_in_force():
-    # In a process of its own, without the suite's FASTNORM_CACHES.
+def test_the_machine_detected_here_is_the_one_in_force(tmp_path):
+    # In a process of its own, without the suite's FASTNORM_CACHES, away
+    # from the source tree (whose fastnorm has no compiled kernels).
     env = {k: v for k, v in os.environ.items() if k != "FASTNORM_CACHES"}
     code = ("import json, fastnorm; from fastnorm import _machine, _simd; "
             "m = _machine.detect(); "
             "print(json.dumps([m == _machine.MACHINE, "
             "_simd.kernels.tuning() == _machine.derive(m), m.source]))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, check=True)
+                         text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
     same_machine, same_tuning, source = json.loads(out.stdout)
     assert same_machine and same_tuning
     assert "FASTNORM_CACHES" not in source
