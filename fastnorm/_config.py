@@ -204,12 +204,13 @@ def show_config() -> None:
     """Print version, compiler, threads, SIMD path, caches and tuning.
 
     Besides the build and the threads: the caches detected and the tuning
-    derived from them.  The caches come from the OS (Linux: /sys/devices/system/cpu; macOS:
-    sysctl; else glibc's sysconf), or from ``FASTNORM_CACHES`` (e.g.
-    ``l1d=48K,l2=2M,l3=105M,cores=16``) where set; a size that cannot be
-    found takes its fallback (L1d 32 KiB, L2 512 KiB, L3 8 MiB), and the
-    line says which.  Every machine-dependent tuning value is derived from
-    them at import; docs/design.md gives the rules.
+    derived from them.  The caches come from the OS (Linux:
+    /sys/devices/system/cpu; macOS: sysctl; else glibc's sysconf), or from
+    ``FASTNORM_CACHES`` (e.g. ``l1d=48K,l2=2M,l3=105M,cores=16``) where
+    set; a size that cannot be found takes its fallback (L1d 32 KiB, L2
+    512 KiB, L3 8 MiB), and the line says which.  Every machine-dependent
+    tuning value is derived from them at import; docs/design.md gives the
+    rules.
 
     ``fastnorm._config.config()`` returns the same facts as a dict.
 

@@ -48,12 +48,9 @@ channels_min_column_bytes = MIN_COLUMN_BYTES
 channels_column_arrays_max = COLUMN_ARRAYS_MAX
 images_inner_min = IMAGES_INNER_MIN
 
-# fn_tuning's fields by name, in the order of the struct.
-TUNING_FIELDS = ("parallel_min", "same_split_bytes", "stats_ahead", "cached_bytes",
-                 "cached_row_bytes", "cached_bytes_f64", "cached_row_bytes_f64",
-                 "prefetch_bytes", "run_ahead_bytes", "ahead_f32", "image_run_bytes",
-                 "col_block_bytes", "sweep_bytes", "out_chunk", "periodic_bytes",
-                 "stream_min_bytes", "mask_tile")
+# fn_tuning's fields by name, in the order of the struct (Cython turns the
+# struct into a dict and back).
+TUNING_FIELDS = tuple(<dict>fn_tuning)
 
 
 def set_tuning(dict values):
@@ -62,46 +59,19 @@ def set_tuning(dict values):
     called as the module is imported, and by tests between calls."""
     global fn_tuning
     cdef fn_tuning_t t
-    cdef Py_ssize_t v
     missing = [k for k in TUNING_FIELDS if k not in values]
     if missing:
         raise ValueError(f"tuning values missing: {', '.join(missing)}")
     for k in TUNING_FIELDS:
-        v = values[k]
-        if v <= 0:
-            raise ValueError(f"tuning value {k} must be positive, not {v}")
-    t.parallel_min = values["parallel_min"]
-    t.same_split_bytes = values["same_split_bytes"]
-    t.stats_ahead = values["stats_ahead"]
-    t.cached_bytes = values["cached_bytes"]
-    t.cached_row_bytes = values["cached_row_bytes"]
-    t.cached_bytes_f64 = values["cached_bytes_f64"]
-    t.cached_row_bytes_f64 = values["cached_row_bytes_f64"]
-    t.prefetch_bytes = values["prefetch_bytes"]
-    t.run_ahead_bytes = values["run_ahead_bytes"]
-    t.ahead_f32 = values["ahead_f32"]
-    t.image_run_bytes = values["image_run_bytes"]
-    t.col_block_bytes = values["col_block_bytes"]
-    t.sweep_bytes = values["sweep_bytes"]
-    t.out_chunk = values["out_chunk"]
-    t.periodic_bytes = values["periodic_bytes"]
-    t.stream_min_bytes = values["stream_min_bytes"]
-    t.mask_tile = values["mask_tile"]
+        if values[k] <= 0:
+            raise ValueError(f"tuning value {k} must be positive, not {values[k]}")
+    t = values
     fn_tuning = t
 
 
 def tuning():
     """The values in force (as set_tuning left them), by name."""
-    cdef fn_tuning_t t = fn_tuning
-    return {"parallel_min": t.parallel_min, "same_split_bytes": t.same_split_bytes,
-            "stats_ahead": t.stats_ahead, "cached_bytes": t.cached_bytes,
-            "cached_row_bytes": t.cached_row_bytes, "cached_bytes_f64": t.cached_bytes_f64,
-            "cached_row_bytes_f64": t.cached_row_bytes_f64,
-            "prefetch_bytes": t.prefetch_bytes, "run_ahead_bytes": t.run_ahead_bytes,
-            "ahead_f32": t.ahead_f32, "image_run_bytes": t.image_run_bytes,
-            "col_block_bytes": t.col_block_bytes, "sweep_bytes": t.sweep_bytes,
-            "out_chunk": t.out_chunk, "periodic_bytes": t.periodic_bytes,
-            "stream_min_bytes": t.stream_min_bytes, "mask_tile": t.mask_tile}
+    return <dict>fn_tuning
 
 
 # No call runs before the machine's values are in: set them now.
