@@ -18,7 +18,7 @@ import numpy as np
 import fastnorm
 from . import machine
 from .measure import THREADS
-from .report import floor_lines, looks_of, summary_lines
+from .report import _met, floor_lines, looks_of, summary_lines
 
 SHORT = {"torch": "torch", "onnxruntime": "ORT", "jax": "JAX", "numba": "numba"}
 
@@ -99,17 +99,6 @@ def _at(d, n):
 def _pair(d, fmt):
     """'a/b' for 1 and 2 threads ('-' where missing)."""
     return "-" if not d else "/".join(_num(_at(d, n), fmt) for n in (1, 2))
-
-
-def _met(met):
-    if isinstance(met, bool):
-        return "yes" if met else "NO"
-    ok = {str(n): v for n, v in met.items()}
-    if all(ok.values()):
-        return "yes"
-    if not any(ok.values()):
-        return "NO"
-    return "NO " + "/".join(f"{n}t" for n, v in ok.items() if not v)
 
 
 def _shape(r):
