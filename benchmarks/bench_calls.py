@@ -1,6 +1,7 @@
 """asv benchmarks for ways of calling: small calls allocating their output
-or writing into ``out=`` (the fast path's cost beside the kernel's), and
-where= / masked arrays beside the unmasked call on the same data."""
+or writing into ``out=`` (the fast path's cost beside the kernel's), the
+same small call spelled the ways users write it, and where= / masked
+arrays beside the unmasked call on the same data."""
 import inspect
 import warnings
 
@@ -37,6 +38,44 @@ class SmallCall:
 
     def time_call(self, func, output, shape):
         _call(self.func, self.x, self.out)
+
+
+# python -m fastnorm's small calls (fastnorm._small_calls), by label and
+# spelling: the union of every call's spellings (a call skips the others).
+SPELLED_CALLS = ("layer_norm (32, 768)", "rms_norm (32, 768)", "layer_norm (1, 256)",
+                 "rms_norm (1, 256)", "batch_norm (32, 768)", "mean_var (32, 768)")
+SPELLINGS = ("axis=-1", "axis=1", "axis=(1,)", "axis=0", "default axis", "axis=(0,)",
+             "eps=1e-5", "out=")
+
+
+class Spelling:
+    """One small float32 call on one thread, spelled one way: every
+    spelling of a call should cost the same (python -m fastnorm's small
+    calls, which set the targets)."""
+    params = [list(SPELLED_CALLS), list(SPELLINGS)]
+    param_names = ["call", "spelling"]
+
+    def setup(self, call, spelling):
+        import fastnorm
+        try:
+            from fastnorm import _small_calls
+        except ImportError:
+            raise NotImplementedError("no small-call table in this version")
+        found = [c for c in _small_calls.SMALL_CALLS if c.label == call]
+        if not found or spelling not in dict(found[0].spellings):
+            raise NotImplementedError(f"{call} is not spelled {spelling}")
+        x = np.random.default_rng(0).standard_normal(found[0].shape).astype(np.float32)
+        self.fn = _small_calls.callables(found[0], x)[spelling]
+        self.threads = fastnorm.get_num_threads()
+        fastnorm.set_num_threads(1)
+        self.fn()
+
+    def teardown(self, call, spelling):
+        import fastnorm
+        fastnorm.set_num_threads(self.threads)
+
+    def time_call(self, call, spelling):
+        self.fn()
 
 
 class Where:

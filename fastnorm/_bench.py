@@ -15,6 +15,10 @@ each repetition and reports medians, with ratios taken per repetition
 median.  Adding a case means adding a ``Case`` line; adding a kind of call
 means adding a builder to ``OPS``.
 
+After them come the small calls (fastnorm._small_calls): calls that cost
+more than their bytes, each spelled the ways a user writes it, in
+microseconds on one thread against their targets.
+
 The full comparison (every row of the performance goal, float32 and
 float64, other libraries, peak memory) is not shipped: it is
 ``python benchmarks/compare.py`` in a source checkout.
@@ -33,6 +37,7 @@ from typing import Callable
 import numpy as np
 
 import fastnorm
+from fastnorm import _small_calls
 
 EPS = 1e-5
 MOMENTUM = 0.1
@@ -79,12 +84,14 @@ class Budget:
     min_ref_reps: int
     max_ref_reps: int
     shrink: int       # the first axis of every shape is divided by this
+    small_reps: int   # repetitions of each small call's spellings...
+    small_loop_s: float  # ...each a loop of calls this long
 
 
 FULL = Budget(fast_s=1.5, ref_s=1.0, min_reps=7, max_reps=61,
-              min_ref_reps=3, max_ref_reps=5, shrink=1)
+              min_ref_reps=3, max_ref_reps=5, shrink=1, small_reps=15, small_loop_s=0.01)
 QUICK = Budget(fast_s=0.04, ref_s=0.04, min_reps=3, max_reps=9,
-               min_ref_reps=1, max_ref_reps=3, shrink=8)
+               min_ref_reps=1, max_ref_reps=3, shrink=8, small_reps=3, small_loop_s=0.001)
 
 
 @dataclass
@@ -595,6 +602,9 @@ def main(argv=None):
     start = time.perf_counter()
     rows = run(CASES, threads, budget)
     print_report(rows, budget, load_before)
+    small = _small_calls.run(budget.small_reps, budget.small_loop_s)
+    _small_calls.print_report(small)
+    rows = rows + small
     print(f"benchmark took {time.perf_counter() - start:.1f} s")
     if args.json:
         with open(args.json, "w") as f:
