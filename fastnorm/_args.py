@@ -138,6 +138,8 @@ def _axes_of(axis, ndim):
         items = [axis]
     out = []
     for ax in items:
+        if isinstance(ax, bool):    # an index to operator.index, not to NumPy
+            raise TypeError(f"an integer is required for the axis, not bool ({axis!r})")
         i = operator.index(ax)
         if not -ndim <= i < ndim:
             raise AxisError(i, ndim)

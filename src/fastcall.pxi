@@ -62,8 +62,8 @@ cdef inline bint last_axis(object axis, int ndim):
     cdef Py_ssize_t a
     if type(axis) is tuple and len(<tuple>axis) == 1:
         axis = (<tuple>axis)[0]
-    if type(axis) is not int:
-        return False
+    if type(axis) is not int or not -ndim <= axis < ndim:
+        return False     # (also an int too large for a C integer)
     a = axis
     return a == -1 or a == ndim - 1
 
@@ -82,7 +82,7 @@ cdef inline bint batch_axes(object axis, int ndim):
     if len(<tuple>axis) != ndim - 1:
         return False
     for item in <tuple>axis:
-        if type(item) is not int:
+        if type(item) is not int or not -ndim <= item < ndim:
             return False
         a = item
         if a < 0:
@@ -270,8 +270,35 @@ cdef bint result_array(object o, int ndim, const cnp.npy_intp* dims, int t):
     return True
 
 
+cdef object reduced_flags(object axis, int ndim):
+    """The reduced-axis flags of axis over ndim dimensions: None (every
+    axis), or an int or a tuple of ints in range, in any order and sign,
+    none repeated; None for anything else (left to the general path's
+    conversions and errors)."""
+    cdef Py_ssize_t a
+    cdef unsigned long long seen = 0
+    if last_axis(axis, ndim):
+        return LAST_AXIS[ndim]
+    if axis is None:
+        return (True,) * ndim
+    if type(axis) is int:
+        axis = (axis,)
+    elif type(axis) is not tuple or ndim > 64:
+        return None
+    for item in <tuple>axis:
+        if type(item) is not int or not -ndim <= item < ndim:
+            return None
+        a = item
+        if a < 0:
+            a += ndim
+        if (seen >> a) & 1:
+            return None
+        seen |= 1ULL << a
+    return tuple([(seen >> a) & 1 == 1 for a in range(ndim)])
+
+
 def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
-    """(mean, var) over the last axis as mean_var returns them (dtype None;
+    """(mean, var) over any axes as mean_var returns them (dtype None;
     out None or two float32/float64 arrays the results go into as they are;
     an int ddof in [0, n), a bool keepdims), or None.  The kernel
     writes the mean and M2 in float64; the division by n - ddof and the
@@ -280,8 +307,10 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     which rounds once)."""
     cdef cnp.ndarray xa, mean, m2, mean_out, var_out
     cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef cnp.npy_intp kept[MAX_DIMS]
     cdef int ndim, out_ndim, a, t, threads
-    cdef Py_ssize_t i, count
+    cdef Py_ssize_t i, count, n = 1
+    cdef tuple reduced
     cdef double div
     cdef double* mp
     cdef double* qp
@@ -296,31 +325,41 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
         return None
     xa = <cnp.ndarray>x
     ndim = cnp.PyArray_NDIM(xa)
-    if ndim == 0 or cnp.PyArray_SIZE(xa) == 0 or not last_axis(axis, ndim):
+    if ndim == 0 or cnp.PyArray_SIZE(xa) == 0:
         return None
-    if not 0 <= ddof < cnp.PyArray_DIM(xa, ndim - 1):
+    reduced = reduced_flags(axis, ndim)
+    if reduced is None:
         return None
-    for a in range(ndim - 1):
+    out_ndim = 0
+    for a in range(ndim):
         dims[a] = cnp.PyArray_DIM(xa, a)
-    dims[ndim - 1] = 1
+        if reduced[a]:
+            n *= dims[a]
+            dims[a] = 1
+        else:
+            kept[out_ndim] = dims[a]
+            out_ndim += 1
+    if not 0 <= ddof < n:
+        return None
     # keepdims' shape and the reduced one lay out the same values: the
     # kernel writes the former, the results may take the latter's dims.
-    out_ndim = ndim if keepdims else ndim - 1
+    if keepdims:
+        out_ndim = ndim
+        memcpy(kept, dims, ndim * sizeof(cnp.npy_intp))
     t = cnp.PyArray_TYPE(xa)
     if out is not None and not (
             (t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE)
-            and result_array((<tuple>out)[0], out_ndim, dims, t)
-            and result_array((<tuple>out)[1], out_ndim, dims, t)):
+            and result_array((<tuple>out)[0], out_ndim, kept, t)
+            and result_array((<tuple>out)[1], out_ndim, kept, t)):
         return None
     mean = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
     m2 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
     threads = threads_for(cnp.PyArray_SIZE(xa))
-    explaining_forward(xa, None, None, None, mean, m2, None, LAST_AXIS[ndim], MODE_STATS,
-                       threads, False)
-    run_forward(xa, None, None, None, mean, m2, None, LAST_AXIS[ndim], MODE_STATS, 0.0,
-                threads, False)
+    explaining_forward(xa, None, None, None, mean, m2, None, reduced, MODE_STATS, threads,
+                       False)
+    run_forward(xa, None, None, None, mean, m2, None, reduced, MODE_STATS, 0.0, threads, False)
     count = cnp.PyArray_SIZE(mean)
-    div = <double>(cnp.PyArray_DIM(xa, ndim - 1) - <Py_ssize_t>ddof)
+    div = <double>(n - <Py_ssize_t>ddof)
     mp = <double*>cnp.PyArray_DATA(mean)
     qp = <double*>cnp.PyArray_DATA(m2)
     for i in range(count):
@@ -345,8 +384,8 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
                 dvo[i] = qp[i]
         return mean_out, var_out
     if t == cnp.NPY_FLOAT:
-        mean_out = cnp.PyArray_EMPTY(out_ndim, dims, cnp.NPY_FLOAT, 0)
-        var_out = cnp.PyArray_EMPTY(out_ndim, dims, cnp.NPY_FLOAT, 0)
+        mean_out = cnp.PyArray_EMPTY(out_ndim, kept, cnp.NPY_FLOAT, 0)
+        var_out = cnp.PyArray_EMPTY(out_ndim, kept, cnp.NPY_FLOAT, 0)
         mo = <float*>cnp.PyArray_DATA(mean_out)
         vo = <float*>cnp.PyArray_DATA(var_out)
         for i in range(count):
@@ -354,8 +393,8 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
             vo[i] = <float>qp[i]
     else:
         if not keepdims:
-            mean = cnp.PyArray_Reshape(mean, dims_tuple(out_ndim, dims))
-            m2 = cnp.PyArray_Reshape(m2, dims_tuple(out_ndim, dims))
+            mean = cnp.PyArray_Reshape(mean, dims_tuple(out_ndim, kept))
+            m2 = cnp.PyArray_Reshape(m2, dims_tuple(out_ndim, kept))
         if t == cnp.NPY_DOUBLE:
             mean_out, var_out = mean, m2
         else:

@@ -10,7 +10,7 @@ def last_axis(x, axis, mode, eps, gamma, beta, out=None):
     return k.fast_norm(k.MODES[mode], x, gamma, beta, axis, eps, out, None, False)
 
 
-def mean_var_last_axis(x, axis, ddof, keepdims):
+def mean_var_call(x, axis, ddof, keepdims):
     return _simd.kernels.fast_mean_var(x, axis, ddof, keepdims, None, None)
 
 

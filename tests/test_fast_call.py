@@ -1,5 +1,6 @@
-"""The fast path for small calls: layer_norm, rms_norm and mean_var over the
-last axis, their gradients, and batch_norm over every axis but 1, y alone.
+"""The fast path for small calls: layer_norm and rms_norm over the last axis
+and their gradients, mean_var over any axes, and batch_norm over every axis
+but 1, y alone.
 
 The fast path's entries (fastnorm._simd.kernels.fast_norm, fast_mean_var,
 fast_norm_backward, fast_batch_norm; tests/fastpath.py calls them with the
@@ -278,7 +279,7 @@ def test_fast_mean_var_is_the_general_path(call, ddof, keepdims):
     before = fingerprint(x)
     assert_route(TAKEN, fastnorm.mean_var, x, axis=axis, ddof=ddof, keepdims=keepdims)
     assert_route(TAKEN, fastnorm.mean_var, x, axis=(x.ndim - 1,), ddof=ddof, keepdims=keepdims)
-    fast = fastpath.mean_var_last_axis(x, axis, ddof, keepdims)
+    fast = fastpath.mean_var_call(x, axis, ddof, keepdims)
     assert fast is not None, "the fast path refused a call it is meant for"
     general = fastpath.general(fastnorm.mean_var, x, axis=axis, ddof=ddof, keepdims=keepdims)
     for q, g, what in zip(fast, general, ("mean", "var")):
@@ -315,9 +316,70 @@ def test_fast_mean_var_into_out_is_the_general_path(call, ddof, keepdims):
                      out=strided)
 
 
+@st.composite
+def any_axes(draw, ndim):
+    """None, or a non-empty set of axes as an int (one axis) or a tuple, in
+    any order and sign."""
+    if draw(st.booleans()):
+        return None
+    axes = draw(st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True))
+    axes = [a - ndim if draw(st.booleans()) else a for a in axes]
+    if len(axes) == 1 and draw(st.booleans()):
+        return axes[0]
+    return tuple(axes)
+
+
+@given(fast_calls(), st.data(), st.sampled_from([0, 1]), st.booleans())
+def test_fast_mean_var_over_any_axes_is_the_general_path(call, data, ddof, keepdims):
+    # mean_var over axis 0 (standardizing columns) is as common a small
+    # call as over the last axis: the fast path takes every spelling of
+    # every set of axes.
+    x = call[0]
+    axis = data.draw(any_axes(x.ndim))
+    axes = tuple(range(x.ndim)) if axis is None else tuple(
+        sorted(a % x.ndim for a in (axis if isinstance(axis, tuple) else (axis,))))
+    if np.prod([x.shape[a] for a in axes]) <= ddof:
+        x = np.concatenate([x, x], axis=axes[0])
+    before = fingerprint(x)
+    assert_route(TAKEN, fastnorm.mean_var, x, axis=axis, ddof=ddof, keepdims=keepdims)
+    fast = fastpath.mean_var_call(x, axis, ddof, keepdims)
+    assert fast is not None, "the fast path refused a call it is meant for"
+    general = fastpath.general(fastnorm.mean_var, x, axis=axis, ddof=ddof, keepdims=keepdims)
+    for q, g, what in zip(fast, general, ("mean", "var")):
+        assert type(q) is type(g) and np.shape(q) == np.shape(g), what
+        assert_bitwise(q, g, f"fast {what} against the general path")
+    rmean, rvar, _ = ref_mean_var(x, axes, ddof=ddof)
+    shape = np.shape(fast[0])
+    tol = OUT_TOL[x.dtype] * 4
+    assert_close(fast[0], rmean.reshape(shape), tol * (1.0 + np.abs(rmean.reshape(shape))),
+                 "mean")
+    assert_close(fast[1], rvar.reshape(shape), tol * np.abs(rvar.reshape(shape)) + 1e-30,
+                 "var")
+    if x.dtype != np.float16:
+        out = (np.full(shape, 7, x.dtype), np.full(shape, 7, x.dtype))
+        assert_route(TAKEN, fastnorm.mean_var, x, axis=axis, ddof=ddof, keepdims=keepdims,
+                     out=out)
+        got = fastnorm.mean_var(x, axis=axis, ddof=ddof, keepdims=keepdims, out=out)
+        assert got[0] is out[0] and got[1] is out[1]
+        for o, g, what in zip(out, general, ("mean", "var")):
+            assert_bitwise(o, np.asarray(g), f"fast {what} into out= against the general path")
+    assert fingerprint(x) == before, "x changed"
+
+
+@pytest.mark.parametrize("axis, error", [
+    (2, np.exceptions.AxisError if hasattr(np, "exceptions") else np.AxisError),
+    ((0, -2), ValueError),
+    (1.0, TypeError),
+    ((0, True), TypeError),
+    (10**30, np.exceptions.AxisError if hasattr(np, "exceptions") else np.AxisError),
+], ids=["out of range", "repeated", "a float", "a bool in a tuple", "a huge int"])
+def test_fast_mean_var_leaves_bad_axes_to_the_general_paths_errors(axis, error):
+    assert fastpath.mean_var_call(X, axis, 0, False) is None
+    with pytest.raises(error):
+        fastnorm.mean_var(X, axis=axis)
+
+
 @pytest.mark.parametrize("what, kwargs", [
-    ("another axis", dict(axis=0)),
-    ("axis None", dict(axis=None)),
     ("a float ddof", dict(axis=-1, ddof=1.0)),
     ("ddof of the whole row", dict(axis=-1, ddof=10)),
     ("a negative ddof", dict(axis=-1, ddof=-1)),
@@ -325,7 +387,7 @@ def test_fast_mean_var_into_out_is_the_general_path(call, ddof, keepdims):
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_fast_mean_var_leaves_other_calls_to_the_general_path(what, kwargs):
     args = dict(axis=None, ddof=0, keepdims=False) | kwargs
-    assert fastpath.mean_var_last_axis(X, args["axis"], args["ddof"], args["keepdims"]) is None
+    assert fastpath.mean_var_call(X, args["axis"], args["ddof"], args["keepdims"]) is None
     axes = tuple(range(X.ndim)) if args["axis"] is None else (args["axis"] % X.ndim,)
     rmean, rvar, _ = ref_mean_var(X, axes, ddof=int(args["ddof"]))
     with warnings.catch_warnings():
@@ -360,7 +422,7 @@ class _Sub(np.ndarray):
     ("a ddof beyond any index", X, 2**70),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_fast_mean_var_leaves_other_inputs_to_the_general_path(what, x, ddof):
-    assert fastpath.mean_var_last_axis(x, -1, ddof, False) is None, what
+    assert fastpath.mean_var_call(x, -1, ddof, False) is None, what
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -373,7 +435,7 @@ def test_fast_mean_var_large_enough_for_threads(threads, dtype, keepdims):
     x = (np.random.default_rng(8).standard_normal((rows, 256)) * 3 + 1e3).astype(dtype)
     fastnorm.set_num_threads(threads)
     try:
-        fast = fastpath.mean_var_last_axis(x, -1, 1, keepdims)
+        fast = fastpath.mean_var_call(x, -1, 1, keepdims)
     finally:
         fastnorm.set_num_threads(None)
     general = fastpath.general(fastnorm.mean_var, x, axis=-1, ddof=1, keepdims=keepdims)
