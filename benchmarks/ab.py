@@ -58,6 +58,10 @@ CASES = [
     ("small layer_norm (1, 256)", "layer_norm_alloc", (1, 256), {"axis": -1}, ("float32",)),
     ("small batch_norm (32, 768)", "batch_norm", (32, 768), {"axis": 0}, ("float32",)),
     ("small mean_var (32, 768)", "mean_var_alloc", (32, 768), {"axis": -1}, ("float32",)),
+    ("small mean_var columns (32, 768)", "mean_var_alloc", (32, 768), {"axis": 0},
+     ("float32",)),
+    ("small batch_norm eval (32, 768)", "batch_norm_eval", (32, 768), {"axis": 0},
+     ("float32",)),
     ("small layer_norm_backward (8, 1024)", "layer_norm_backward", (8, 1024), {"axis": -1},
      ("float32",)),
 ]

@@ -1205,7 +1205,7 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
 cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     """One tile's coefficients for the output pass, from its columns'
     pivot, shift and scale (column_finish): the float32 pass's (ok32[group]
-    false where float32 cannot hold one), then the double pass's in their
+    false where float32 cannot hold one), else the double pass's in their
     place, each continued periodically for a vector.  Gain and bias are
     folded in where they are the same for every row."""
     cdef Tile t
@@ -1228,6 +1228,25 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     odo_init(&row, p.L.red, p.L.n_red, 0)
     gp = col_ptr(p, &t, &row, OP_G)
     bp = col_ptr(p, &t, &row, OP_B)
+    c = 0
+    while ok and c < t.width:
+        co.pivot = t.pivot[c]
+        co.shift = t.shift[c]
+        co.scale = t.scale[c]
+        if p.fold:
+            gc = param_at(gp + c * vec.stride[OP_G])[0]
+            bc = param_at(bp + c * vec.stride[OP_B])[0]
+        ok = affine_f(co, gc, bc, &f_m[c], &f_k2[c], &f_k0[c])
+        c = c + 1
+    if p.f32:
+        p.ok32[group] = ok
+        if ok:
+            # The output pass reads these alone: no double coefficients.
+            for c in range(t.width, t.width + WRAP):
+                f_m[c] = f_m[c % t.width]
+                f_k2[c] = f_k2[c % t.width]
+                f_k0[c] = f_k0[c % t.width]
+            return
     for c in range(t.width):
         co.pivot = t.pivot[c]
         co.shift = t.shift[c]
@@ -1235,8 +1254,6 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
         if p.fold:
             gc = param_at(gp + c * vec.stride[OP_G])[0]
             bc = param_at(bp + c * vec.stride[OP_B])[0]
-        if ok:
-            ok = affine_f(co, gc, bc, &f_m[c], &f_k2[c], &f_k0[c])
         affine_d(co, gc, bc, &m, &k2, &k0)
         t.pivot[c] = m
         t.shift[c] = k2
@@ -1245,13 +1262,6 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
         t.pivot[c] = t.pivot[c - t.width]
         t.shift[c] = t.shift[c - t.width]
         t.scale[c] = t.scale[c - t.width]
-    if p.f32:
-        if ok:
-            for c in range(t.width, t.width + WRAP):
-                f_m[c] = f_m[c % t.width]
-                f_k2[c] = f_k2[c % t.width]
-                f_k0[c] = f_k0[c % t.width]
-        p.ok32[group] = ok
 
 
 cdef inline void column_segment(const ColumnPlan* p, const Tile* t, const Odometer* row,
