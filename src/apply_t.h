@@ -223,11 +223,13 @@ FN_AI void FN_S(fn_row_step)(ptrdiff_t *c, ptrdiff_t *r, ptrdiff_t n, ptrdiff_t 
  * whatever n is.  n >= FN_VW / 2 (a vector crosses at most two row ends).
  * `three` (rows shorter than a vector) and `held` (rows long enough to go
  * vector after vector with their coefficients held) are constants where
- * fn_rows calls this: each case gets a loop without the others' checks. */
+ * fn_rows calls this: each case gets a loop without the others' checks.
+ * So is `tables`: FN_GAIN's gain and bias read from g and b, or 1 and 0. */
 FN_AI void FN_S(fn_rows_as)(const void *x, int xt, void *y, int yt, const void *dy,
                             ptrdiff_t rows, ptrdiff_t n, const FN_C *m, const FN_C *k2,
                             const FN_C *k0, const FN_C *k1, const FN_C *g, const FN_C *b,
-                            const int kind, int stream, const int three, const int held)
+                            const int kind, int stream, const int three, const int held,
+                            const int tables)
 {
     ptrdiff_t total = rows * n, i = 0, r = 0, c = 0;
     FN_V vm, v2, v0, v1 = FN_SET1((FN_C)0), t;
@@ -235,8 +237,10 @@ FN_AI void FN_S(fn_rows_as)(const void *x, int xt, void *y, int yt, const void *
 #define FN_ROWS_ONE(i, r, c)                                                     \
     do {                                                                         \
         s = FN_S(fn_map1)(FN_LD1(x, xt, i), m[r], k2[r], k0[r]);                 \
-        if (kind == FN_GAIN)                                                     \
+        if (kind == FN_GAIN && tables)                                           \
             s = s * g[c] + b[c];                                                 \
+        else if (kind == FN_GAIN)                                                \
+            s = s * (FN_C)1 + (FN_C)0;                                           \
         else if (kind == FN_GRAD)                                                \
             s = s + FN_LD1(dy, xt, i) * k1[r];                                   \
         FN_ST1(y, yt, i, s);                                                     \
@@ -244,8 +248,10 @@ FN_AI void FN_S(fn_rows_as)(const void *x, int xt, void *y, int yt, const void *
 #define FN_ROWS_VEC(i, c)                                                        \
     do {                                                                         \
         t = FN_FMA(FN_SUB(FN_VLD(x, xt, i), vm), v2, v0);                        \
-        if (kind == FN_GAIN)                                                     \
+        if (kind == FN_GAIN && tables)                                           \
             t = FN_FMA(t, FN_LDC(g + (c)), FN_LDC(b + (c)));                     \
+        else if (kind == FN_GAIN)                                                \
+            t = FN_FMA(t, FN_SET1((FN_C)1), FN_SET1((FN_C)0));                   \
         else if (kind == FN_GRAD)                                                \
             t = FN_FMA(FN_VLD(dy, xt, i), v1, t);                                \
         FN_VST(y, yt, i, t, stream);                                             \
@@ -288,18 +294,31 @@ FN_AI void FN_S(fn_rows_as)(const void *x, int xt, void *y, int yt, const void *
 }
 
 /* fn_rows_as with the loop for this n: rows of FN_ROWS_HELD float32 values
- * (as many bytes of other types) and more hold their coefficients. */
+ * (as many bytes of other types) and more hold their coefficients.
+ * FN_GAIN with g and b NULL: a gain of 1 and a bias of 0, the same
+ * arithmetic as tables of them with none read. */
 FN_AI void FN_S(fn_rows)(const void *x, int xt, void *y, int yt, const void *dy,
                          ptrdiff_t rows, ptrdiff_t n, const FN_C *m, const FN_C *k2,
                          const FN_C *k0, const FN_C *k1, const FN_C *g, const FN_C *b,
                          const int kind, int stream)
 {
-    if (n * (ptrdiff_t)sizeof(FN_C) >= FN_ROWS_HELD * 4)
-        FN_S(fn_rows_as)(x, xt, y, yt, dy, rows, n, m, k2, k0, k1, g, b, kind, stream, 0, 1);
-    else if (n >= FN_VW)
-        FN_S(fn_rows_as)(x, xt, y, yt, dy, rows, n, m, k2, k0, k1, g, b, kind, stream, 0, 0);
+#define FN_ROWS_CASES(tables)                                                    \
+    do {                                                                         \
+        if (n * (ptrdiff_t)sizeof(FN_C) >= FN_ROWS_HELD * 4)                     \
+            FN_S(fn_rows_as)(x, xt, y, yt, dy, rows, n, m, k2, k0, k1, g, b, kind,   \
+                             stream, 0, 1, tables);                              \
+        else if (n >= FN_VW)                                                     \
+            FN_S(fn_rows_as)(x, xt, y, yt, dy, rows, n, m, k2, k0, k1, g, b, kind,   \
+                             stream, 0, 0, tables);                              \
+        else                                                                     \
+            FN_S(fn_rows_as)(x, xt, y, yt, dy, rows, n, m, k2, k0, k1, g, b, kind,   \
+                             stream, 1, 0, tables);                              \
+    } while (0)
+    if (kind == FN_GAIN && g == NULL && b == NULL)
+        FN_ROWS_CASES(0);
     else
-        FN_S(fn_rows_as)(x, xt, y, yt, dy, rows, n, m, k2, k0, k1, g, b, kind, stream, 1, 0);
+        FN_ROWS_CASES(1);
+#undef FN_ROWS_CASES
 }
 
 #undef FN_C

@@ -201,9 +201,13 @@ cdef inline table_t* param_table(const Layout* L, int k, Py_ssize_t n,
 cdef int slice_tables(SlicePlan* p) noexcept nogil:
     """The parameter tables the route's passes read: gamma and beta along
     the run as floats (the float32 pass; with rows written as one run, one
-    value for every row too), or as doubles (the float64 rows pass)."""
+    value for every row too), or as doubles (the float64 rows pass); none
+    for the rows pass of a call without either."""
     cdef const Route* R = p.R
-    cdef bint rows_f32 = R.rows_out and R.f32
+    # Neither parameter given: the rows pass applies 1 and 0 without tables.
+    cdef bint rows = R.rows_out and not (p.L.base[OP_G] == <char*>&fn_one
+                                         and p.L.base[OP_B] == <char*>&fn_zero_value)
+    cdef bint rows_f32 = rows and R.f32
     if R.g_table or rows_f32:
         p.g32 = param_table(p.L, OP_G, p.run_len, <float*>NULL)
         if p.g32 == NULL:
@@ -212,7 +216,7 @@ cdef int slice_tables(SlicePlan* p) noexcept nogil:
         p.b32 = param_table(p.L, OP_B, p.run_len, <float*>NULL)
         if p.b32 == NULL:
             return -1
-    if R.rows_out and not R.f32:
+    if rows and not R.f32:
         p.g64 = param_table(p.L, OP_G, p.run_len, <double*>NULL)
         p.b64 = param_table(p.L, OP_B, p.run_len, <double*>NULL)
         if p.g64 == NULL or p.b64 == NULL:
