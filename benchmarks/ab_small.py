@@ -1,0 +1,102 @@
+"""Two builds' small calls timed against each other in one process.
+
+    python -I benchmarks/ab_small.py KERNELS_A.so KERNELS_B.so [--rounds 15]
+
+Each KERNELS is a compiled kernel module of one build (for example
+``.../site-packages/fastnorm/_kernels_avx2.cpython-311-x86_64-linux-gnu.so``
+of two environments; the same SIMD level for both).  Both are loaded into
+this process next to the installed fastnorm, and their fast-path entries
+(what a public call reaches after its first checks) are called on the same
+arrays, alternating A and B within each round: a small call's time moves
+with the process (its allocations, the interpreter's state), so two
+processes, as in benchmarks/ab.py, hide differences of a few percent.  Per
+call: the median over rounds of the best of 3 loops of 300 calls, and the
+median of the ratios B / A taken round by round.  One thread (the calls
+are below the kernels' parallel size).  Not an asv benchmark.
+"""
+import argparse
+import importlib.util
+import os
+import shutil
+import statistics
+import tempfile
+import timeit
+
+import numpy as np
+
+import fastnorm  # noqa: F401  (the package the kernel modules import at load)
+
+
+def load(path, tag, folder):
+    """The kernel module at path, loaded from a copy of its own."""
+    copy = os.path.join(folder, tag + "_" + os.path.basename(path))
+    shutil.copy(path, copy)
+    name = os.path.basename(path).split(".")[0]
+    spec = importlib.util.spec_from_file_location("fastnorm." + name, copy)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def calls(k, arrays):
+    """{label: a no-argument call of k's fast-path entries}, float32."""
+    x, o, x1, o1, g, b, rm, rv = arrays
+    center, rms = k.MODES["center"], k.MODES["rms"]
+    return {
+        "layer_norm (32, 768)": lambda: k.fast_norm(center, x, None, None, -1, 1e-5, o, None,
+                                                     False),
+        "  with gain, bias": lambda: k.fast_norm(center, x, g, b, -1, 1e-5, o, None, False),
+        "rms_norm (32, 768)": lambda: k.fast_norm(rms, x, None, None, -1, 1e-5, o, None, False),
+        "layer_norm (1, 256)": lambda: k.fast_norm(center, x1, None, None, -1, 1e-5, o1, None,
+                                                    False),
+        "batch_norm (32, 768)": lambda: k.fast_batch_norm(x, None, None, None, None, True, 0.1,
+                                                          1e-5, 0, o, None, False),
+        "  with gain, bias ": lambda: k.fast_batch_norm(x, g, b, None, None, True, 0.1, 1e-5, 0,
+                                                        o, None, False),
+        "batch_norm eval (32, 768)": lambda: k.fast_batch_norm(x, g, b, rm, rv, False, 0.1,
+                                                               1e-5, 0, o, None, False),
+        "mean_var rows (32, 768)": lambda: k.fast_mean_var(x, -1, 0, False, None, None),
+        "mean_var columns (32, 768)": lambda: k.fast_mean_var(x, 0, 0, False, None, None),
+        "np.copyto (32, 768)": lambda: np.copyto(o, x) or o,
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--rounds", type=int, default=15)
+    args = p.parse_args()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 768)).astype(np.float32)
+    x1 = rng.standard_normal((1, 256)).astype(np.float32)
+    arrays = (x, np.empty_like(x), x1, np.empty_like(x1),
+              rng.standard_normal(768).astype(np.float32),
+              rng.standard_normal(768).astype(np.float32),
+              np.zeros(768, np.float32), np.ones(768, np.float32))
+    with tempfile.TemporaryDirectory() as folder:
+        sides = [calls(load(path, tag, folder), arrays) for tag, path in (("a", args.a),
+                                                                          ("b", args.b))]
+        labels = list(sides[0])
+        # A build whose fast path refuses a call (None) leaves it out.
+        refused = {k for k in labels if sides[0][k]() is None or sides[1][k]() is None}
+        labels = [k for k in labels if k not in refused]
+        times = {k: ([], []) for k in labels}
+        for r in range(args.rounds):
+            order = (0, 1) if r % 2 == 0 else (1, 0)
+            for k in labels:
+                for side in order:
+                    f = sides[side][k]
+                    times[k][side].append(min(timeit.repeat(f, number=300, repeat=3)) / 300)
+    print(f"{'call':28s} {'A us':>7s} {'B us':>7s}  B / A")
+    for k in labels:
+        a, b = times[k]
+        ratio = statistics.median(y / x for x, y in zip(a, b))
+        print(f"{k:28s} {1e6 * statistics.median(a):7.2f} {1e6 * statistics.median(b):7.2f}  "
+              f"{ratio:.3f}")
+    for k in sorted(refused):
+        print(f"{k:28s} left to the general path by a build's fast path: not compared")
+
+
+if __name__ == "__main__":
+    main()
