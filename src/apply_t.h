@@ -149,8 +149,8 @@ FN_AI void FN_S(fn_values)(const void *x, int xt, void *y, int yt, const void *d
         FN_VST(y, yt, i, t, streamed);                                           \
     } while (0)
     /* The vectors up to the end of a row at a time (the last one reads the
-     * continued coefficients), so that the loop has no wrap to check: in
-     * cache that check and the flags' halved its speed. */
+     * continued coefficients): a loop with no wrap to check and no flag to
+     * test, which in cache is paced by its loads alone. */
     while (i + FN_VW <= total) {
         ptrdiff_t k = (n - c + FN_VW - 1) / FN_VW, j;
         if (k > (total - i) / FN_VW)

@@ -68,18 +68,21 @@ cdef inline bint last_axis(object axis, int ndim):
     return a == -1 or a == ndim - 1
 
 
-cdef inline bint batch_axes(object axis, int ndim):
-    """Whether axis names every axis but 1 of ndim (batch_norm's default):
-    None, an int or a tuple of ints in any order and sign."""
+cdef bint axes_mask(object axis, int ndim, unsigned long long* mask):
+    """The axes that axis names over ndim dimensions as bits of mask: None
+    (every axis), or an int or a tuple of ints in range, in any order and
+    sign, none repeated; false for anything else (left to the general
+    path's conversions and errors)."""
     cdef Py_ssize_t a
     cdef unsigned long long seen = 0
+    if ndim > 64:
+        return False
     if axis is None:
+        mask[0] = (<unsigned long long>1 << ndim) - 1 if ndim < 64 else ~0ULL
         return True
     if type(axis) is int:
         axis = (axis,)
-    elif type(axis) is not tuple or ndim > 64:
-        return False
-    if len(<tuple>axis) != ndim - 1:
+    elif type(axis) is not tuple:
         return False
     for item in <tuple>axis:
         if type(item) is not int or not -ndim <= item < ndim:
@@ -87,10 +90,30 @@ cdef inline bint batch_axes(object axis, int ndim):
         a = item
         if a < 0:
             a += ndim
-        if a < 0 or a >= ndim or a == 1 or (seen >> a) & 1:
+        if (seen >> a) & 1:
             return False
         seen |= 1ULL << a
+    mask[0] = seen
     return True
+
+
+cdef object reduced_flags(object axis, int ndim):
+    """axes_mask's axes as the kernels' reduced-axis flags, or None."""
+    cdef unsigned long long mask
+    cdef int a
+    if last_axis(axis, ndim):
+        return LAST_AXIS[ndim]
+    if not axes_mask(axis, ndim, &mask):
+        return None
+    return tuple([(mask >> a) & 1 == 1 for a in range(ndim)])
+
+
+cdef inline bint batch_axes(object axis, int ndim):
+    """Whether axis names every axis but 1 of ndim (batch_norm's default):
+    None, an int or a tuple of ints in any order and sign."""
+    cdef unsigned long long mask
+    return axis is None or (ndim >= 2 and axes_mask(axis, ndim, &mask)
+                            and mask == ((1ULL << ndim) - 1 if ndim < 64 else ~0ULL) & ~2ULL)
 
 
 cdef inline bint eps_value(object eps, double* e):
@@ -268,33 +291,6 @@ cdef bint result_array(object o, int ndim, const cnp.npy_intp* dims, int t):
         if cnp.PyArray_DIM(a, i) != dims[i]:
             return False
     return True
-
-
-cdef object reduced_flags(object axis, int ndim):
-    """The reduced-axis flags of axis over ndim dimensions: None (every
-    axis), or an int or a tuple of ints in range, in any order and sign,
-    none repeated; None for anything else (left to the general path's
-    conversions and errors)."""
-    cdef Py_ssize_t a
-    cdef unsigned long long seen = 0
-    if last_axis(axis, ndim):
-        return LAST_AXIS[ndim]
-    if axis is None:
-        return (True,) * ndim
-    if type(axis) is int:
-        axis = (axis,)
-    elif type(axis) is not tuple or ndim > 64:
-        return None
-    for item in <tuple>axis:
-        if type(item) is not int or not -ndim <= item < ndim:
-            return None
-        a = item
-        if a < 0:
-            a += ndim
-        if (seen >> a) & 1:
-            return None
-        seen |= 1ULL << a
-    return tuple([(seen >> a) & 1 == 1 for a in range(ndim)])
 
 
 def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
