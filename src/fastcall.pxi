@@ -492,7 +492,10 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
         explaining_forward(xa, y, g, b, s0, s1, s2, BUT_AXIS_1[ndim], MODE_CENTER, threads,
                            fresh)
         run_forward(xa, y, g, b, s0, s1, s2, BUT_AXIS_1[ndim], MODE_CENTER, e, threads, fresh)
-        if running_mean is not None:
+        # The running statistics: the C loop of fastnorm._running's update
+        # straight away where it takes them (contiguous buffers), else that.
+        if running_mean is not None and not update_running(
+                running_mean, running_var, s0, s2, mom, <double>n / <double>(n - 1)):
             if _update_running is None:
                 from fastnorm._running import update_running as _update_running
             _update_running(running_mean.reshape(keep), running_var.reshape(keep), s0, s2, mom, n)

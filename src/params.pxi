@@ -26,8 +26,8 @@ cdef inline void running_loop(table_t* rm, table_t* rv, const double* mean,
         rv[i] = <table_t>fn_sum_rounded(keep * <double>rv[i], momentum * var[i] * unbias)
 
 
-def update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean, cnp.ndarray var,
-                   double momentum, double unbias):
+cpdef bint update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean,
+                          cnp.ndarray var, double momentum, double unbias):
     """batch_norm's running statistics, updated in place as
     fastnorm/_running.py's NumPy expressions do it, rounding for rounding:
     rm = (1 - momentum) rm + momentum mean, rv = (1 - momentum) rv +
@@ -45,11 +45,11 @@ def update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean, cnp.ndarray
     if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
         return False
     for a in (rm, rv):
-        if not (cnp.PyArray_TYPE(a) == t and a.dtype.isnative
+        if not (cnp.PyArray_TYPE(a) == t and cnp.PyArray_ISNOTSWAPPED(a)
                 and cnp.PyArray_ISCARRAY(a) and cnp.PyArray_SIZE(a) == n):
             return False
     for a in (mean, var):
-        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and a.dtype.isnative
+        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_ISNOTSWAPPED(a)
                 and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_SIZE(a) == n):
             return False
     if t == cnp.NPY_FLOAT:
