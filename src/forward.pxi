@@ -1033,7 +1033,7 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
     cdef Py_ssize_t strip = FN_NVC * FN_W
     cdef Py_ssize_t head = line_head(x, rs, sx, t.width, ki) if p.line_start else 0, c = 0
     cdef Ahead ahead
-    cdef double y, d, rk
+    cdef double y, d, rk, s_even, q_even, s_odd, q_odd
     # float16/float32: sums about each column's centre (strip_welford).
     cdef const double* pivot = t.shift if in_t is not double else t.pivot
     ahead_init(&ahead, x + nrows * rs, t.width * sx, rs,
@@ -1066,12 +1066,26 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
                          pivot, mean, m2, ki)
         return
     while c < t.width:
+        if in_t is not double:
+            # strip_welford's order: even rows onto the sums, odd rows apart
+            s_even = mean[c]
+            q_even = m2[c]
+            s_odd = 0.0
+            q_odd = 0.0
+            for k in range(nrows):
+                y = sload(x + k * rs + c * sx, ki) - pivot[c]
+                if k % 2 == 0:
+                    s_even = s_even + y
+                    q_even = q_even + y * y
+                else:
+                    s_odd = s_odd + y
+                    q_odd = q_odd + y * y
+            mean[c] = s_even + s_odd
+            m2[c] = q_even + q_odd
+            c = c + 1
+            continue
         for k in range(nrows):
             y = sload(x + k * rs + c * sx, ki) - pivot[c]
-            if in_t is not double:
-                mean[c] = mean[c] + y
-                m2[c] = m2[c] + y * y
-                continue
             rk = 1.0 / <double>(k0 + k + 1)
             d = y - mean[c]
             mean[c] = mean[c] + d * rk

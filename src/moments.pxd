@@ -452,6 +452,8 @@ cdef inline void edge_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ss
     their update chains side by side, as in a strip."""
     cdef fn_vd mu[FN_NVC]
     cdef fn_vd q[FN_NVC]
+    cdef fn_vd mu2[FN_NVC]
+    cdef fn_vd q2[FN_NVC]
     cdef fn_vd piv[FN_NVC]
     cdef fn_vd keep[FN_NVC]
     cdef fn_vd r, d, old_mu, old_q
@@ -466,15 +468,31 @@ cdef inline void edge_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ss
         mu[v] = fn_load_f64(mean + col[v])
         q[v] = fn_load_f64(m2 + col[v])
         piv[v] = fn_load_f64(pivot + col[v])
-    for k in range(nrows):
-        row = x + k * rs
-        if in_t is not double:
-            # Shifted sums: a lane masked out adds +0.0 to both.
+    if in_t is not double:
+        # Shifted sums in strip_welford's order (even rows onto the sums so
+        # far, odd rows into sums of their own, added at the end), so that a
+        # column's bits do not depend on which of the two sums it: a lane
+        # masked out adds +0.0 to both.
+        for v in range(FN_NVC):
+            mu2[v] = fn_zero()
+            q2[v] = fn_zero()
+        for k in range(nrows):
+            row = x + k * rs
             for v in range(FN_NVC):
                 d = fn_masked(fn_sub(vload(row + col[v] * sx, sx, ki), piv[v]), keep[v])
-                mu[v] = fn_add(mu[v], d)
-                q[v] = fn_fma(d, d, q[v])
-            continue
+                if k % 2 == 0:
+                    mu[v] = fn_add(mu[v], d)
+                    q[v] = fn_fma(d, d, q[v])
+                else:
+                    mu2[v] = fn_add(mu2[v], d)
+                    q2[v] = fn_fma(d, d, q2[v])
+        for v in range(FN_NVC):
+            if v < nv:
+                fn_store_f64(mean + col[v], fn_add(mu[v], mu2[v]))
+                fn_store_f64(m2 + col[v], fn_add(q[v], q2[v]))
+        return
+    for k in range(nrows):
+        row = x + k * rs
         r = fn_set1(1.0 / <double>(k0 + k + 1))
         for v in range(FN_NVC):
             old_mu = mu[v]
