@@ -106,11 +106,11 @@ def time_call(call, reps, loop_s, rng):
 
 
 def _same_bits(a, b):
-    a = a if isinstance(a, tuple) else (a,)
-    b = b if isinstance(b, tuple) else (b,)
-    return len(a) == len(b) and all(
-        np.asarray(p).dtype == np.asarray(q).dtype and np.asarray(p).shape == np.asarray(q).shape
-        and np.asarray(p).tobytes() == np.asarray(q).tobytes() for p, q in zip(a, b))
+    """Whether two results (an array or a tuple of them) are the same bits."""
+    a = [np.asarray(p) for p in (a if isinstance(a, tuple) else (a,))]
+    b = [np.asarray(q) for q in (b if isinstance(b, tuple) else (b,))]
+    return len(a) == len(b) and all(p.dtype == q.dtype and p.shape == q.shape
+                                    and p.tobytes() == q.tobytes() for p, q in zip(a, b))
 
 
 def run(reps, loop_s, seed=0):

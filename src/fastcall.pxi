@@ -68,6 +68,11 @@ cdef inline bint last_axis(object axis, int ndim):
     return a == -1 or a == ndim - 1
 
 
+cdef inline unsigned long long every_axis(int ndim):
+    """The mask of all ndim axes (at most 64)."""
+    return (1ULL << ndim) - 1 if ndim < 64 else ~0ULL
+
+
 cdef bint axes_mask(object axis, int ndim, unsigned long long* mask):
     """The axes that axis names over ndim dimensions as bits of mask: None
     (every axis), or an int or a tuple of ints in range, in any order and
@@ -78,7 +83,7 @@ cdef bint axes_mask(object axis, int ndim, unsigned long long* mask):
     if ndim > 64:
         return False
     if axis is None:
-        mask[0] = (<unsigned long long>1 << ndim) - 1 if ndim < 64 else ~0ULL
+        mask[0] = every_axis(ndim)
         return True
     if type(axis) is int:
         axis = (axis,)
@@ -113,7 +118,7 @@ cdef inline bint batch_axes(object axis, int ndim):
     None, an int or a tuple of ints in any order and sign."""
     cdef unsigned long long mask
     return axis is None or (ndim >= 2 and axes_mask(axis, ndim, &mask)
-                            and mask == ((1ULL << ndim) - 1 if ndim < 64 else ~0ULL) & ~2ULL)
+                            and mask == every_axis(ndim) & ~2ULL)
 
 
 cdef inline bint eps_value(object eps, double* e):

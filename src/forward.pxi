@@ -1220,6 +1220,21 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
         c = c + 1
 
 
+cdef inline Coef tile_coef(const ColumnPlan* p, const Tile* t, Py_ssize_t c, const char* gp,
+                           const char* bp, double* g, double* b) noexcept nogil:
+    """Column c's pivot, shift and scale (column_finish's), and into g and b
+    its gain and bias where they are folded in (else left as they are)."""
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    cdef Coef co
+    co.pivot = t.pivot[c]
+    co.shift = t.shift[c]
+    co.scale = t.scale[c]
+    if p.fold:
+        g[0] = param_at(gp + c * vec.stride[OP_G])[0]
+        b[0] = param_at(bp + c * vec.stride[OP_B])[0]
+    return co
+
+
 cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     """One tile's coefficients for the output pass, from its columns'
     pivot, shift and scale (column_finish): the float32 pass's (ok32[group]
@@ -1228,7 +1243,6 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     folded in where they are the same for every row."""
     cdef Tile t
     cdef Odometer row
-    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
     cdef float* f_m = NULL
     cdef float* f_k2 = NULL
     cdef float* f_k0 = NULL
@@ -1248,12 +1262,7 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     bp = col_ptr(p, &t, &row, OP_B)
     c = 0
     while ok and c < t.width:
-        co.pivot = t.pivot[c]
-        co.shift = t.shift[c]
-        co.scale = t.scale[c]
-        if p.fold:
-            gc = param_at(gp + c * vec.stride[OP_G])[0]
-            bc = param_at(bp + c * vec.stride[OP_B])[0]
+        co = tile_coef(p, &t, c, gp, bp, &gc, &bc)
         ok = affine_f(co, gc, bc, &f_m[c], &f_k2[c], &f_k0[c])
         c = c + 1
     if p.f32:
@@ -1266,12 +1275,7 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
                 f_k0[c] = f_k0[c % t.width]
             return
     for c in range(t.width):
-        co.pivot = t.pivot[c]
-        co.shift = t.shift[c]
-        co.scale = t.scale[c]
-        if p.fold:
-            gc = param_at(gp + c * vec.stride[OP_G])[0]
-            bc = param_at(bp + c * vec.stride[OP_B])[0]
+        co = tile_coef(p, &t, c, gp, bp, &gc, &bc)
         affine_d(co, gc, bc, &m, &k2, &k0)
         t.pivot[c] = m
         t.shift[c] = k2
