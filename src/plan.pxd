@@ -613,11 +613,10 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     cached_row = CACHED_ROW_BYTES_F64 if xt == 2 else CACHED_ROW_BYTES
     if n_runs == 1 and L.n_slices * row_bytes <= cached_bytes:
         R.in_cache = True
-        if mode != MODE_RMS:
-            R.row_max = cached_row
-            # whole groups of FN_W rows (a group of fewer costs as much)
-            R.batch = min(<Py_ssize_t>SHORT_BATCH,
-                          max(<Py_ssize_t>FN_W, CACHED_BATCH_BYTES // row_bytes // FN_W * FN_W))
+        R.row_max = cached_row
+        # whole groups of FN_W rows (a group of fewer costs as much)
+        R.batch = min(<Py_ssize_t>SHORT_BATCH,
+                      max(<Py_ssize_t>FN_W, CACHED_BATCH_BYTES // row_bytes // FN_W * FN_W))
     R.short_runs = (n_runs > 1 and mode != MODE_GIVEN and run_len >= SHORT_RUN_MIN
                     and row_bytes <= SHORT_ROW_BYTES and contiguous)
     # Interleaved slices go image by image (float32 through the float32
