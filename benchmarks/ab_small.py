@@ -25,6 +25,7 @@ import timeit
 import numpy as np
 
 import fastnorm  # noqa: F401  (the package the kernel modules import at load)
+from fastnorm._small_calls import copy_destination
 
 
 def load(path, tag, folder):
@@ -41,6 +42,7 @@ def load(path, tag, folder):
 def calls(k, arrays):
     """{label: a no-argument call of k's fast-path entries}, float32."""
     x, o, x1, o1, g, b, rm, rv = arrays
+    c = copy_destination(x)
     center, rms = k.MODES["center"], k.MODES["rms"]
     return {
         "layer_norm (32, 768)": lambda: k.fast_norm(center, x, None, None, -1, 1e-5, o, None,
@@ -57,7 +59,7 @@ def calls(k, arrays):
                                                                1e-5, 0, o, None, False),
         "mean_var rows (32, 768)": lambda: k.fast_mean_var(x, -1, 0, False, None, None),
         "mean_var columns (32, 768)": lambda: k.fast_mean_var(x, 0, 0, False, None, None),
-        "np.copyto (32, 768)": lambda: np.copyto(o, x) or o,
+        "np.copyto (32, 768)": lambda: np.copyto(c, x) or c,
     }
 
 

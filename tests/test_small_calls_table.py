@@ -91,3 +91,21 @@ def test_the_table_gives_the_first_spelling_the_range_and_failures():
     assert lines[2].split() == ["layer_norm", "(32,", "768)", "4.00", "4.00-9.00", "axis=(1,)",
                                 "3.00", "3.0"]
     assert lines[3] == "mean_var (32, 768)       FAILED: ValueError: no"
+
+
+@pytest.mark.parametrize("shape", [(32, 768), (1, 256), (3, 0), (7,)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("offset", [0, 16, 24, 4000])
+def test_copy_destination_lies_at_x_offset_within_a_page(shape, dtype, offset):
+    # x at a chosen place within a page; the copy's destination at the same
+    buf = np.empty(int(np.prod(shape)) * np.dtype(dtype).itemsize + 8192, np.uint8)
+    start = (offset - buf.ctypes.data) % 4096
+    x = buf[start:start + int(np.prod(shape)) * np.dtype(dtype).itemsize].view(dtype)
+    x = x.reshape(shape)
+    x[...] = np.arange(x.size).reshape(shape)
+    y = sc.copy_destination(x)
+    assert (y.shape, y.dtype, y.flags.c_contiguous) == (x.shape, x.dtype, True)
+    assert y.size == 0 or y.ctypes.data % 4096 == x.ctypes.data % 4096 == offset
+    assert not np.shares_memory(x, y)
+    np.copyto(y, x)
+    np.testing.assert_array_equal(y, x)

@@ -59,7 +59,7 @@ class Case:
     axis: object      # fastnorm's axis= (channel_axis= for group norm); None: the default
     target: float     # the goal's bound (see the module docstring for its meaning per kind)
     dtypes: tuple = BOTH
-    allocating: bool = False   # no out=: the yardstick is np.copy, which allocates too
+    allocating: bool = False   # no out=: the yardstick copies into a new array too
     looks: Looks = ONE_PASS    # the stream model: its floor (floor.py)
     # The goal's bound is the larger of target and the floor: a gradient's
     # passes may not allow its target on a machine whose reads are slow
