@@ -492,6 +492,11 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     cdef const char* x0
     cdef char* y0
     cdef int l, lanes
+    # One kept axis (rows of a matrix): a row's offsets are its index times
+    # the strides; the odometer's carries cost short rows 5% of their time.
+    cdef bint one_axis = L.n_kept == 1
+    cdef Py_ssize_t sx = L.kept[0].stride[OP_X] if one_axis else 0
+    cdef Py_ssize_t ss = L.kept[0].stride[OP_S] if one_axis else 0
     odo_init(&s, L.kept, L.n_kept, first)
     odo_init(&r, L.red, L.n_red - 1, 0)
     x0 = L.base[OP_X] + s.off[OP_X]
@@ -500,10 +505,14 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
         lanes = <int>min(<Py_ssize_t>FN_W, count - i)
         for l in range(FN_W):
             if l < lanes:
-                rows[l] = L.base[OP_X] + s.off[OP_X]
-                off_s[l] = s.off[OP_S]
+                if one_axis:
+                    rows[l] = x0 + (i + l) * sx
+                    off_s[l] = s.off[OP_S] + (i + l) * ss
+                else:
+                    rows[l] = L.base[OP_X] + s.off[OP_X]
+                    off_s[l] = s.off[OP_S]
+                    odo_next(&s, L.kept, L.n_kept)
                 piv[l] = pick_pivot(sload(rows[l], ki), ki)
-                odo_next(&s, L.kept, L.n_kept)
             else:
                 rows[l] = rows[0]        # a stand-in, its results unused
                 piv[l] = piv[0]
