@@ -18,12 +18,28 @@ cdef void widen(const char* p, Py_ssize_t stride, Py_ssize_t n, double* out,
 cdef inline void running_loop(table_t* rm, table_t* rv, const double* mean,
                               const double* var, Py_ssize_t n, double momentum,
                               double unbias) noexcept nogil:
-    """update_running's arithmetic over n values of buffers of one type."""
-    cdef Py_ssize_t i
+    """update_running's arithmetic over n values of buffers of one type, a
+    vector at a time (each product rounded before its sum, as one at a
+    time)."""
+    cdef Py_ssize_t i = 0
     cdef double keep = 1.0 - momentum
-    for i in range(n):
+    cdef fn_vd k = fn_set1(keep), mo = fn_set1(momentum), ub = fn_set1(unbias)
+    while i + FN_W <= n:
+        if table_t is float:
+            fn_store_f32(rm + i, fn_vsum_rounded(fn_mul(k, fn_load_f32(rm + i)),
+                                                 fn_mul(mo, fn_load_f64(mean + i))))
+            fn_store_f32(rv + i, fn_vsum_rounded(fn_mul(k, fn_load_f32(rv + i)),
+                                                 fn_mul(fn_mul(mo, fn_load_f64(var + i)), ub)))
+        else:
+            fn_store_f64(rm + i, fn_vsum_rounded(fn_mul(k, fn_load_f64(rm + i)),
+                                                 fn_mul(mo, fn_load_f64(mean + i))))
+            fn_store_f64(rv + i, fn_vsum_rounded(fn_mul(k, fn_load_f64(rv + i)),
+                                                 fn_mul(fn_mul(mo, fn_load_f64(var + i)), ub)))
+        i = i + FN_W
+    while i < n:
         rm[i] = <table_t>fn_sum_rounded(keep * <double>rm[i], momentum * mean[i])
         rv[i] = <table_t>fn_sum_rounded(keep * <double>rv[i], momentum * var[i] * unbias)
+        i = i + 1
 
 
 cpdef bint update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean,

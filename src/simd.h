@@ -314,6 +314,14 @@ static inline void fn_sfence(void) {}
 
 static inline fn_vd fn_zero(void) { return fn_set1(0.0); }
 
+/* fn_sum_rounded lane by lane: one volatile store and load a vector. */
+static inline fn_vd fn_vsum_rounded(fn_vd a, fn_vd b)
+{
+    volatile fn_vd ra = a, rb = b;
+    fn_vd x = ra, y = rb;
+    return fn_add(x, y);
+}
+
 /* Lane masks, held as the bits of a vector of doubles (all ones or all
  * zeros per lane; never used as numbers): lanes lo <= l < hi. */
 static inline fn_vd fn_lane_mask(ptrdiff_t lo, ptrdiff_t hi)

@@ -243,6 +243,21 @@ def test_the_c_loop_rounds_as_numpy(dtype, size, seed, offset, momentum, n):
     np.testing.assert_array_equal(rv, want_v)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_c_loop_rounds_as_numpy_on_every_simd_level(simd_level, dtype):
+    # Sizes around each level's vector width: the vector loop and its tail.
+    rng = np.random.default_rng(5)
+    for size in range(1, 20):
+        rm = (1e3 + rng.standard_normal(size)).astype(dtype)
+        rv = rng.uniform(0.1, 10.0, size).astype(dtype)
+        mean = 1e3 + rng.standard_normal(size) * 1e-3
+        var = rng.uniform(0.0, 10.0, size)
+        want_m, want_v = _numpy_update(rm, rv, mean, var, 0.1, 11)
+        assert _simd.kernels.update_running(rm, rv, mean, var, 0.1, 11 / 10)
+        np.testing.assert_array_equal(rm, want_m, err_msg=f"size {size}")
+        np.testing.assert_array_equal(rv, want_v, err_msg=f"size {size}")
+
+
 def _every_other(a):
     return np.repeat(a, 2)[::2]
 
