@@ -202,7 +202,7 @@ def timing_sections(rows, names, missing):
                      "  copy = np.copyto of x's bytes into a preallocated array with as many "
                      "threads (x split into contiguous pieces);",
                      "  rows marked 'allocating' call fastnorm without out= and are timed "
-                     "against np.copy (which allocates too).",
+                     "against a copy into a new array (allocated too).",
                      "  read = x's bytes read once (np.add.reduce over an unsigned integer "
                      "view, split as the copy): what one look at x costs.",
                      "  floor = the stream model's least time, in copies: with R reads of "
