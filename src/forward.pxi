@@ -460,17 +460,27 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
                     out_t* ko) noexcept nogil:
     """WAY_ROWS: slices first .. first + count (R.batch at most), each one
     short contiguous run.  Statistics FN_W slices at a time: their moments
-    (rows_moments), scales and, with no statistics to write, coefficients in
-    vectors, one lane per slice.  Output: with R.rows_out, the rows follow
+    (rows_moments) for the whole item, then their scales and, with no
+    statistics to write, coefficients in vectors, one lane per slice.  Output: with R.rows_out, the rows follow
     each other and are written in one pass over the item, still in L2
     (fn_rows_*); others slice by slice."""
     cdef const Layout* L = p.L
     cdef const Route* R = p.R
     cdef Py_ssize_t n = p.run_len, i = 0, j
-    cdef const char* rows[8]
-    cdef double piv[8]
-    cdef double mean[8]
-    cdef double m2[8]
+    # The item's rows, pivots and moments (FN_W lanes past the last, for a
+    # vector's stand-ins): all moments first, then the scales and
+    # coefficients, whose divisions and square roots then overlap from one
+    # vector of rows to the next instead of waiting on each other.
+    cdef const char* all_rows[SHORT_BATCH + 8]
+    cdef double all_piv[SHORT_BATCH + 8]
+    cdef double all_mean[SHORT_BATCH + 8]
+    cdef double all_m2[SHORT_BATCH + 8]
+    cdef Py_ssize_t all_off[SHORT_BATCH + 8]
+    cdef const char** rows
+    cdef double* piv
+    cdef double* mean
+    cdef double* m2
+    cdef Py_ssize_t* off_s
     cdef double scale[8]
     cdef Coef coefs[SHORT_BATCH]
     cdef float f_m[SHORT_BATCH]
@@ -479,7 +489,6 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     cdef double d_m[SHORT_BATCH]
     cdef double d_k2[SHORT_BATCH]
     cdef double d_k0[SHORT_BATCH]
-    cdef Py_ssize_t off_s[8]
     cdef Odometer s, r
     cdef fn_vd var, mv, den
     cdef Moments m
@@ -503,14 +512,16 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     y0 = L.base[OP_Y] + s.off[OP_Y]
     while i < count:
         lanes = <int>min(<Py_ssize_t>FN_W, count - i)
+        rows = &all_rows[i]
+        piv = &all_piv[i]
         for l in range(FN_W):
             if l < lanes:
                 if one_axis:
                     rows[l] = x0 + (i + l) * sx
-                    off_s[l] = s.off[OP_S] + (i + l) * ss
+                    all_off[i + l] = s.off[OP_S] + (i + l) * ss
                 else:
                     rows[l] = L.base[OP_X] + s.off[OP_X]
-                    off_s[l] = s.off[OP_S]
+                    all_off[i + l] = s.off[OP_S]
                     odo_next(&s, L.kept, L.n_kept)
                 piv[l] = pick_pivot(sload(rows[l], ki), ki)
             else:
@@ -521,7 +532,17 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
             # are read next)
             fetch_ahead_of(rows[0], lanes * n * <Py_ssize_t>sizeof(in_t), p.rows_end)
         if p.mode != MODE_GIVEN:
-            rows_moments(rows, n, piv, mean, m2, ki)
+            rows_moments(rows, n, piv, &all_mean[i], &all_m2[i], ki)
+        i = i + lanes
+    i = 0
+    while i < count:
+        lanes = <int>min(<Py_ssize_t>FN_W, count - i)
+        rows = &all_rows[i]
+        piv = &all_piv[i]
+        mean = &all_mean[i]
+        m2 = &all_m2[i]
+        off_s = &all_off[i]
+        if p.mode != MODE_GIVEN:
             if p.mode != MODE_STATS:
                 var = fn_div(fn_load_f64(m2), fn_set1(<double>n))
                 if p.mode == MODE_RMS:
