@@ -1,6 +1,6 @@
 """Two builds' small calls timed against each other in one process.
 
-    python -I benchmarks/ab_small.py KERNELS_A.so KERNELS_B.so [--rounds 15]
+    python -I benchmarks/ab_small.py KERNELS_A.so KERNELS_B.so [--rounds 15] [--rows R N]
 
 Each KERNELS is a compiled kernel module of one build (for example
 ``.../site-packages/fastnorm/_kernels_avx2.cpython-311-x86_64-linux-gnu.so``
@@ -10,9 +10,11 @@ this process next to the installed fastnorm, and their fast-path entries
 arrays, alternating A and B within each round: a small call's time moves
 with the process (its allocations, the interpreter's state), so two
 processes, as in benchmarks/ab.py, hide differences of a few percent.  Per
-call: the median over rounds of the best of 3 loops of 300 calls, and the
-median of the ratios B / A taken round by round.  One thread (the calls
-are below the kernels' parallel size).  Not an asv benchmark.
+call: the median over rounds of the best of 3 loops (of 300 calls, or of
+about 2 ms for longer ones), and the median of the ratios B / A taken
+round by round.  One thread.  ``--rows R N`` adds layer_norm and rms_norm
+over the rows of an (R, N) array, float32 and float64, into ``out=``.
+Not an asv benchmark.
 """
 import argparse
 import importlib.util
@@ -24,7 +26,7 @@ import timeit
 
 import numpy as np
 
-import fastnorm  # noqa: F401  (the package the kernel modules import at load)
+import fastnorm  # the package the kernel modules import at load
 from fastnorm._small_calls import copy_destination
 
 
@@ -43,6 +45,9 @@ def calls(k, arrays):
     """{label: a no-argument call of k's fast-path entries}, float32."""
     x, o, x1, o1, g, b, rm, rv = arrays
     c = copy_destination(x)
+    # update_running writes in place: each build its own buffers
+    rm_own, rv_own = rm.copy(), rv.copy()
+    stats = (np.random.default_rng(1).standard_normal(768), np.ones(768))
     center, rms = k.MODES["center"], k.MODES["rms"]
     return {
         "layer_norm (32, 768)": lambda: k.fast_norm(center, x, None, None, -1, 1e-5, o, None,
@@ -59,8 +64,25 @@ def calls(k, arrays):
                                                                1e-5, 0, o, None, False),
         "mean_var rows (32, 768)": lambda: k.fast_mean_var(x, -1, 0, False, None, None),
         "mean_var columns (32, 768)": lambda: k.fast_mean_var(x, 0, 0, False, None, None),
+        "update_running (768)": lambda: k.update_running(rm_own, rv_own, stats[0], stats[1],
+                                                         0.1, 32 / 31),
         "np.copyto (32, 768)": lambda: np.copyto(c, x) or c,
     }
+
+
+def row_calls(k, shape, rng):
+    """{label: a call of k's fast path} for layer_norm and rms_norm over the
+    rows of a float32 and a float64 array of `shape`, into out=."""
+    made = {}
+    for dtype in (np.float32, np.float64):
+        x = rng.standard_normal(shape).astype(dtype)
+        o = np.empty_like(x)
+        for func in ("layer_norm", "rms_norm"):
+            mode = k.MODES["center" if func == "layer_norm" else "rms"]
+            made[f"{func} {shape} {np.dtype(dtype).name}"] = (
+                lambda mode=mode, x=x, o=o: k.fast_norm(mode, x, None, None, -1, 1e-5, o, None,
+                                                        False))
+    return made
 
 
 def main():
@@ -68,7 +90,12 @@ def main():
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--rows", type=int, nargs=2, action="append", default=[],
+                   metavar=("R", "N"),
+                   help="also layer_norm and rms_norm over the rows of (R, N), float32 and "
+                        "float64, into out= (repeatable)")
     args = p.parse_args()
+    fastnorm.set_num_threads(1)     # the kernels of both builds read it
     rng = np.random.default_rng(0)
     x = rng.standard_normal((32, 768)).astype(np.float32)
     x1 = rng.standard_normal((1, 256)).astype(np.float32)
@@ -77,19 +104,28 @@ def main():
               rng.standard_normal(768).astype(np.float32),
               np.zeros(768, np.float32), np.ones(768, np.float32))
     with tempfile.TemporaryDirectory() as folder:
-        sides = [calls(load(path, tag, folder), arrays) for tag, path in (("a", args.a),
-                                                                          ("b", args.b))]
+        sides = []
+        for tag, path in (("a", args.a), ("b", args.b)):
+            k = load(path, tag, folder)
+            side = calls(k, arrays)
+            for shape in args.rows:
+                side.update(row_calls(k, tuple(shape), np.random.default_rng(2)))
+            sides.append(side)
         labels = list(sides[0])
         # A build whose fast path refuses a call (None) leaves it out.
         refused = {k for k in labels if sides[0][k]() is None or sides[1][k]() is None}
         labels = [k for k in labels if k not in refused]
         times = {k: ([], []) for k in labels}
+        # Loops of about 2 ms (300 calls of a small call)
+        number = {k: max(1, min(300, round(2e-3 / min(timeit.repeat(sides[0][k], number=1,
+                                                                      repeat=3)))))
+                  for k in labels}
         for r in range(args.rounds):
             order = (0, 1) if r % 2 == 0 else (1, 0)
             for k in labels:
                 for side in order:
-                    f = sides[side][k]
-                    times[k][side].append(min(timeit.repeat(f, number=300, repeat=3)) / 300)
+                    f, n = sides[side][k], number[k]
+                    times[k][side].append(min(timeit.repeat(f, number=n, repeat=3)) / n)
     print(f"{'call':28s} {'A us':>7s} {'B us':>7s}  B / A")
     for k in labels:
         a, b = times[k]
