@@ -461,9 +461,10 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     """WAY_ROWS: slices first .. first + count (R.batch at most), each one
     short contiguous run.  Statistics FN_W slices at a time: their moments
     (rows_moments) for the whole item, then their scales and, with no
-    statistics to write, coefficients in vectors, one lane per slice.  Output: with R.rows_out, the rows follow
-    each other and are written in one pass over the item, still in L2
-    (fn_rows_*); others slice by slice."""
+    statistics to write, coefficients in vectors, one lane per slice.
+    Output: with R.rows_out, the rows follow each other and are written in
+    one pass over the item, still in L2 (fn_rows_*); others slice by
+    slice."""
     cdef const Layout* L = p.L
     cdef const Route* R = p.R
     cdef Py_ssize_t n = p.run_len, i = 0, j
@@ -502,7 +503,8 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     cdef char* y0
     cdef int l, lanes
     # One kept axis (rows of a matrix): a row's offsets are its index times
-    # the strides; the odometer's carries cost short rows 5% of their time.
+    # the strides, without the odometer's carries (which short rows pay
+    # every few values).
     cdef bint one_axis = L.n_kept == 1
     cdef Py_ssize_t sx = L.kept[0].stride[OP_X] if one_axis else 0
     cdef Py_ssize_t ss = L.kept[0].stride[OP_S] if one_axis else 0

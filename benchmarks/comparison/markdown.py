@@ -179,8 +179,8 @@ def document(rows, versions, missing=None, date=None, machine_line=None):
         out += ["", "fastnorm 1t, 2t: its time / `np.copyto` of x's bytes into a "
                 "preallocated array with as many threads (medians of the per-repetition "
                 "ratios); rows marked allocating call fastnorm without `out=` and are timed "
-                "against a copy into a new array. Other libraries: ms with 1 / 2 threads; NumPy: one "
-                "thread.",
+                "against a copy into a new array. Other libraries: ms with 1 / 2 threads; "
+                "NumPy: one thread.",
                 "",
                 "floor: the least time the row's memory traffic allows, in copies. With R "
                 "reads of arrays of x's size (each look at an input that does not stay in "

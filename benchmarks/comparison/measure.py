@@ -80,9 +80,9 @@ def _release(rivals):
 def streaming_row(case, dtype, seed, rivals, budget):
     """fastnorm against the copy yardstick with 1 and 2 threads (the read
     yardstick timed alongside, for the row's floor), and against NumPy and
-    each rival (rows that allocate: against a copy into a new array only).  Met: /copy at
-    most the target, or for a gradient at most the larger of the target and
-    its floor (floor.bound)."""
+    each rival (rows that allocate: against a copy into a new array only).
+    Met: /copy at most the target, or for a gradient at most the larger of
+    the target and its floor (floor.bound)."""
     started = time.perf_counter()
     inp = make_inputs(case, dtype, seed)
     fast = fastnorm_calls.build(inp, allocate=case.allocating)
