@@ -21,8 +21,10 @@ CASES = {
 
 
 def _placed(values, offset):
-    """values copied into a buffer at `offset` elements past its start (a
-    64-byte line: NumPy aligns at least that far for large arrays)."""
+    """values copied into a buffer at `offset` elements past its start.
+    The buffer itself may start anywhere on a 16-byte boundary (NumPy's
+    large arrays 16 bytes past a line); the offsets, 8 bytes apart across
+    64 bytes, put x at every 8-byte place in a line either way."""
     buf = np.empty(values.size + 64, values.dtype)
     x = buf[offset:offset + values.size].reshape(values.shape)
     x[...] = values
