@@ -3,8 +3,9 @@
 # a manylinux wheel with auditwheel (libgomp vendored), and test it in a bare
 # virtualenv that has nothing but NumPy.  Exits non-zero on any failure.
 #
-#   scripts/build_wheel.sh                 # python3
+#   scripts/build_wheel.sh                 # python3, from this source tree
 #   PYTHON=python3.12 scripts/build_wheel.sh
+#   scripts/build_wheel.sh dist/numpy_fastnorm-X.Y.Z.tar.gz   # from an sdist
 #
 # Results: the wheel as built in dist/, the repaired one in wheelhouse/.
 # Needs a C compiler and PyPI (or a mirror) for the build requirements,
@@ -21,6 +22,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
+SOURCE=${1:-$ROOT}
+[ -e "$SOURCE" ] || { echo "build_wheel.sh: no such source: $SOURCE" >&2; exit 2; }
+SOURCE=$(realpath "$SOURCE")
 DIST=$ROOT/dist
 WHEELHOUSE=$ROOT/wheelhouse
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fastnorm-wheel.XXXXXX")
@@ -34,11 +38,11 @@ start=$SECONDS
 step "environment: $("$PYTHON" -c 'import sys, platform; print(platform.python_implementation(), sys.version.split()[0], platform.machine())')"
 [ "$(uname -s)" = Linux ] || fail "this script builds Linux wheels; use cibuildwheel elsewhere (RELEASING.md)"
 
-step "build the wheel (pip wheel --no-deps, isolated build, fresh build folder)"
+step "build the wheel from $SOURCE (pip wheel --no-deps, isolated build, fresh build folder)"
 "$PYTHON" -m venv "$WORK/build-env"
 "$WORK/build-env/bin/python" -m pip install -q -U pip
 mkdir -p "$DIST" "$WORK/raw"
-"$WORK/build-env/bin/python" -m pip wheel -q "$ROOT" --no-deps -w "$WORK/raw" \
+"$WORK/build-env/bin/python" -m pip wheel -q "$SOURCE" --no-deps -w "$WORK/raw" \
     -C build-dir="$WORK/build"
 shopt -s nullglob
 raw=("$WORK"/raw/numpy_fastnorm-*.whl)

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Build the sdist, check that it holds what a build needs and nothing else,
-# then build and install it in a fresh virtualenv and run the smoke test
-# there (from a folder outside the source tree).  Exits non-zero on failure.
+# then build the Linux wheel from it with scripts/build_wheel.sh (repaired by
+# auditwheel, smoke-tested in a virtualenv holding only NumPy, from a folder
+# outside the source tree), as cibuildwheel builds its wheels from the sdist.
+# One compile checks both.  Exits non-zero on failure.
 #
 #   scripts/check_sdist.sh                  # python3
 #   PYTHON=python3.12 scripts/check_sdist.sh
 #
-# The sdist is left in dist/.  Needs PyPI (or a mirror) for `build` and the
+# The sdist and the wheel are left in dist/, the repaired wheel in
+# wheelhouse/.  Needs PyPI (or a mirror) for `build` and the
 # build requirements, and a C compiler.
 set -euo pipefail
 
@@ -60,9 +63,15 @@ if bad:
     sys.exit(1)
 EOF
 
-step "install the sdist into a fresh virtualenv (builds it) and run the smoke test"
-"$PYTHON" -m venv "$WORK/test-env"
-(cd "$WORK" && "$WORK/test-env/bin/python" -m pip install -q "$sdist") || fail "pip install of the sdist"
-(cd "$WORK" && "$WORK/test-env/bin/python" -I "$ROOT/scripts/smoke_test.py") || fail "smoke test of the sdist build"
+if [ "$(uname -s)" = Linux ]; then
+    step "build, repair and test the wheel from the sdist (scripts/build_wheel.sh)"
+    PYTHON="$PYTHON" bash "$ROOT/scripts/build_wheel.sh" "$sdist" || fail "the wheel built from the sdist"
+else
+    # build_wheel.sh repairs with auditwheel, which is Linux's alone
+    step "install the sdist into a fresh virtualenv (builds it) and run the smoke test"
+    "$PYTHON" -m venv "$WORK/test-env"
+    (cd "$WORK" && "$WORK/test-env/bin/python" -m pip install -q "$sdist") || fail "pip install of the sdist"
+    (cd "$WORK" && "$WORK/test-env/bin/python" -I "$ROOT/scripts/smoke_test.py") || fail "smoke test of the sdist build"
+fi
 
 step "done in $((SECONDS - start)) s: dist/$(basename "$sdist")"

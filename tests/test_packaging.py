@@ -1,8 +1,9 @@
 """Packaging and benchmark tooling: the files releases and asv depend on.
 
-Fast checks run everywhere.  The two that build (the wheel script and the
-sdist check, a minute or two each) are marked slow and run when ``CI`` is set
-(``.ci/run`` sets it), or with ``FASTNORM_PACKAGING=1``.
+Fast checks run everywhere.  The release build (scripts/check_sdist.sh: the
+sdist, then the manylinux wheel built from it by scripts/build_wheel.sh, two
+minutes or so) is marked slow and runs when ``CI`` is set (``.ci/run`` sets
+it), or with ``FASTNORM_PACKAGING=1``.
 """
 import json
 import os
@@ -148,26 +149,33 @@ def test_cibuildwheel_config():
 
 # ------------------------------------------------------------------ slow
 
+@pytest.fixture(scope="module")
+def release_build():
+    """scripts/check_sdist.sh, run once: the sdist, then the wheel built from it."""
+    return _run(["bash", _need("scripts/check_sdist.sh")], timeout=1800)
+
+
 @building
 @pytest.mark.slow
-def test_wheel_script_builds_a_manylinux_wheel_that_works_alone():
+def test_sdist_has_what_a_build_needs_and_nothing_else(release_build):
+    p = release_build
+    assert p.returncode == 0, _tail(p)
+    assert "built numpy_fastnorm-" in p.stdout
+    # the listing of its contents: no full comparison (benchmarks/ is excluded)
+    assert not re.search(r"^\s+(fastnorm/_compare|benchmarks)/", p.stdout, re.M), _tail(p)
+
+
+@building
+@pytest.mark.slow
+def test_the_wheel_built_from_the_sdist_is_manylinux_and_works_alone(release_build):
     if not sys.platform.startswith("linux"):
         pytest.skip("scripts/build_wheel.sh builds Linux wheels")
-    p = _run(["bash", _need("scripts/build_wheel.sh")], timeout=1800)
+    p = release_build
     assert p.returncode == 0, _tail(p)
+    assert re.search(r"build the wheel from \S+numpy_fastnorm-\S+\.tar\.gz", p.stdout), _tail(p)
     assert "smoke test passed" in p.stdout
     assert re.search(r"manylinux wheel: \S+manylinux_\d+_\d+_\w+\.whl", p.stdout), _tail(p)
     names = _wheel_names(p)
     assert "fastnorm/_bench.py" in names and "fastnorm/__main__.py" in names
     # the full comparison is benchmarks/compare.py, not part of the wheel
     assert not [n for n in names if n.startswith(("fastnorm/_compare", "benchmarks/"))]
-
-
-@building
-@pytest.mark.slow
-def test_sdist_has_what_a_build_needs_and_builds():
-    p = _run(["bash", _need("scripts/check_sdist.sh")], timeout=1800)
-    assert p.returncode == 0, _tail(p)
-    assert "smoke test passed" in p.stdout
-    # the listing of its contents: no full comparison (benchmarks/ is excluded)
-    assert not re.search(r"^\s+(fastnorm/_compare|benchmarks)/", p.stdout, re.M), _tail(p)
