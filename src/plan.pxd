@@ -228,6 +228,35 @@ cdef inline object operand(tuple ops, object mask, int k):
     return mask if k == OP_M else ops[k - 1]
 
 
+cdef inline int check_fits(cnp.ndarray x, cnp.ndarray op) except -1:
+    """Raise unless op has x's dimensions, each x's size or 1: the strides
+    below are read for x's axes (the Python layer shapes every operand so;
+    this keeps a wrong one from reading past its shape)."""
+    cdef int ax
+    if op.ndim != x.ndim:
+        raise ValueError(f"fastnorm kernels: an operand of {op.ndim} dimensions "
+                         f"for an array of {x.ndim}")
+    for ax in range(x.ndim):
+        if op.shape[ax] != x.shape[ax] and op.shape[ax] != 1:
+            raise ValueError(f"fastnorm kernels: an operand of shape "
+                             f"{(<object>op).shape} for an array of shape {(<object>x).shape}")
+    return 0
+
+
+cdef inline int check_like(cnp.ndarray s0, cnp.ndarray s) except -1:
+    """Raise unless statistics array s has s0's shape and, along its axes
+    longer than 1, s0's strides (it is addressed with s0's)."""
+    cdef int ax
+    cdef bint same = s.ndim == s0.ndim
+    if same:
+        for ax in range(s0.ndim):
+            same = same and s.shape[ax] == s0.shape[ax] and (
+                s.shape[ax] == 1 or s.strides[ax] == s0.strides[ax])
+    if not same:
+        raise ValueError("fastnorm kernels: statistics arrays of different layouts")
+    return 0
+
+
 cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced,
                             count=None, mask=None) except -1:
     """Fill L for x and ops = (y, gamma, beta, s0, s1, s2), any of them None
@@ -246,9 +275,13 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced,
     for k in range(1, N_OPS):
         o = operand(ops, mask, k)
         L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
+        if o is not None:
+            check_fits(x, <cnp.ndarray>o)
     for k in range(N_STATS):
         o = count if k == 3 else ops[3 + k]
         L.stat[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
+        if k > 0 and o is not None:
+            check_like(<cnp.ndarray>ops[3], <cnp.ndarray>o)
 
     for ax in range(nd):
         size = x.shape[ax]

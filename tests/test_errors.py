@@ -248,3 +248,23 @@ def test_inputs_are_not_modified(dtype):
     fastnorm.batch_norm(x, g, b, rm, rv, training=False)
     for a, a0 in ((x, x0), (g, g0), (b, b0)):
         assert a.tobytes() == a0.tobytes()
+
+
+def test_kernel_entries_refuse_operands_that_do_not_fit_x():
+    # The public functions shape every operand to x's dimensions before a
+    # kernel runs; the kernels check it too rather than read strides past
+    # a shorter shape (fastnorm._call.backward_sums is the Dask path's).
+    from fastnorm import _call
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((2, 64, 16)), rng.standard_normal((2, 64, 16))
+    mean, rstd = x.mean(-1, keepdims=True), 1 / x.std(-1, keepdims=True)
+    gamma = np.ones((1, 1, 16))
+    a, b, dg, db = _call.backward_sums(dy, x, (2,), mean, rstd, gamma, "center")
+    np.testing.assert_allclose(db[0, 0], dy.sum((0, 1)), rtol=1e-12)
+    for bad in (np.ones(16), np.ones((1, 16)), np.ones((1, 1, 8))):
+        with pytest.raises(ValueError, match="fastnorm kernels: an operand"):
+            _call.backward_sums(dy, x, (2,), mean, rstd, bad, "center")
+    with pytest.raises(ValueError, match="an operand"):
+        _call.forward(x, (2,), "center", gamma=np.ones(16))
+    with pytest.raises(ValueError, match="statistics arrays of different layouts"):
+        _call.backward_sums(dy, x, (2,), mean, rstd[:, :1], gamma, "center")
