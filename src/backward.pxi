@@ -325,13 +325,14 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
 cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
                            double* pg, double* pb, Py_ssize_t n,
                            const double* m, const double* r, Sums* acc,
-                           const char** xa, const char** da, in_t* ki) noexcept nogil:
-    """Pass 1 over GRAD_ROWS contiguous runs that share gamma and the partial
-    buffers: A and B of each into acc[k], and one read-modify-write of the
-    buffers per vector for all of them.  The buffers receive the runs in
-    order, so the sums are those of GRAD_ROWS calls of run_sums.  xa, da: the
-    next GRAD_ROWS rows of x and dy (NULL at the end), fetched as these are read
-    (float16/float32)."""
+                           const char** xa, const char** da, const int nr,
+                           in_t* ki) noexcept nogil:
+    """Pass 1 over nr (at most GRAD_ROWS, a constant where called)
+    contiguous runs that share gamma and the partial buffers: A and B of
+    each into acc[k], and one read-modify-write of the buffers per vector
+    for all of them.  The buffers receive the runs in order, so the sums are
+    those of nr calls of run_sums.  xa, da: the next nr rows of x and dy
+    (NULL at the end), fetched as these are read (float16/float32)."""
     cdef fn_vd vm[GRAD_ROWS]
     cdef fn_vd vr[GRAD_ROWS]
     cdef fn_vd vmr[GRAD_ROWS]
@@ -345,7 +346,7 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
     cdef double gs, ds, xs, tg, td
     cdef Py_ssize_t i = 0
     cdef int k
-    for k in range(GRAD_ROWS):
+    for k in range(nr):
         xk[k] = xp[k]
         dyk[k] = dyp[k]
         vm[k] = fn_set1(m[k])
@@ -359,14 +360,14 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
         if in_t is not double:
             # The next rows, as pass 2 also fetches them: a longer lead
             # (float64 rows, twice the bytes, gained nothing).
-            if xa[GRAD_ROWS - 1] != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
-                for k in range(GRAD_ROWS):
+            if xa[nr - 1] != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
+                for k in range(nr):
                     fn_prefetch_l2(xa[k] + i * sizeof(in_t))
                     fn_prefetch_l2(da[k] + i * sizeof(in_t))
         G = fn_load_f64(gp + i)
         PG = fn_load_f64(pg + i)
         PB = fn_load_f64(pb + i)
-        for k in range(GRAD_ROWS):
+        for k in range(nr):
             D = vload(dyk[k] + i * sizeof(in_t), sizeof(in_t), ki)
             u = fn_mul(D, xhat(vload(xk[k] + i * sizeof(in_t), sizeof(in_t), ki),
                                vm[k], vr[k], vmr[k], ki))
@@ -381,7 +382,7 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
         gs = gp[i]
         tg = pg[i]
         td = pb[i]
-        for k in range(GRAD_ROWS):
+        for k in range(nr):
             xs = (sload(xp[k] + i * sizeof(in_t), ki) - m[k]) * r[k]
             ds = sload(dyp[k] + i * sizeof(in_t), ki)
             ta[k] = ta[k] + ds * gs
@@ -391,17 +392,17 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
         pg[i] = tg
         pb[i] = td
         i = i + 1
-    for k in range(GRAD_ROWS):
+    for k in range(nr):
         acc[k].a = fn_hsum(sa[k]) + ta[k]
         acc[k].b = fn_hsum(sb[k]) + tb[k]
 
 
-cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
-                    in_t* ki, out_t* ko) noexcept nogil:
-    """Both passes over the GRAD_ROWS slices from si, when each is one contiguous
-    run along which gamma lies (layer norm over the last axes): pass 1 reads
-    the rows side by side, so the parameter sums cost one update per vector
-    for all of them."""
+cdef inline void grad_rows(const Grad* g, Py_ssize_t si, double* part, const int nr,
+                           in_t* ki, out_t* ko) noexcept nogil:
+    """Both passes over the nr slices from si (the route's batch, a constant
+    where called), when each is one contiguous run along which gamma lies
+    (layer norm over the last axes): pass 1 reads the rows side by side, so
+    the parameter sums cost one update per vector for all of them."""
     cdef const Layout* L = g.L
     cdef Py_ssize_t n = L.slice_len
     cdef Odometer s
@@ -416,15 +417,15 @@ cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
     cdef const char* xa[GRAD_ROWS]
     cdef const char* da[GRAD_ROWS]
     odo_init(&s, L.kept, L.n_kept, si)
-    for k in range(GRAD_ROWS):
+    for k in range(nr):
         xp[k] = L.base[OP_X] + s.off[OP_X]
         dyp[k] = L.base[OP_DY] + s.off[OP_DY]
         dxp[k] = L.base[OP_DX] + s.off[OP_DX]
         m[k] = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
         rs[k] = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
         odo_next(&s, L.kept, L.n_kept)
-    for k in range(GRAD_ROWS):
-        if si + GRAD_ROWS + k < L.n_slices:
+    for k in range(nr):
+        if si + nr + k < L.n_slices:
             xa[k] = L.base[OP_X] + s.off[OP_X]
             da[k] = L.base[OP_DY] + s.off[OP_DY]
             odo_next(&s, L.kept, L.n_kept)
@@ -433,19 +434,19 @@ cdef void grad_rows(const Grad* g, Py_ssize_t si, double* part,
             da[k] = NULL
     if g.phase == PHASE_DX:
         odo_init(&s, L.kept, L.n_kept, si)
-        for k in range(GRAD_ROWS):
+        for k in range(nr):
             given_sums(g, s.off[OP_S], &acc[k])
             odo_next(&s, L.kept, L.n_kept)
     else:
         rows_sums(xp, dyp, <const double*>g.gamma, <double*>(<char*>part + g.gshift),
-                  <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, xa, da, ki)
+                  <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, xa, da, nr, ki)
     if g.phase == PHASE_SUMS:
         odo_init(&s, L.kept, L.n_kept, si)
-        for k in range(GRAD_ROWS):
+        for k in range(nr):
             kept_sums(g, s.off[OP_S], &acc[k])
             odo_next(&s, L.kept, L.n_kept)
         return
-    for k in range(GRAD_ROWS):
+    for k in range(nr):
         slice_coefs(g, &acc[k], &a, &b)
         out_dx(g, xp[k], sizeof(in_t), dyp[k], sizeof(in_t), g.gamma, sizeof(double),
                g.g32 + g.gshift // sizeof(double) if g.g32 != NULL else NULL,
@@ -458,9 +459,12 @@ cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexce
     cdef double* part = g.partial + 2 * blk * g.pstride
     si = lo
     if g.R.way == WAY_ROWS:
-        while si + GRAD_ROWS <= hi:
-            grad_rows(g, si, part, ki, ko)
-            si = si + GRAD_ROWS
+        while si + g.R.batch <= hi:
+            if g.R.batch == GRAD_ROWS:
+                grad_rows(g, si, part, GRAD_ROWS, ki, ko)
+            else:
+                grad_rows(g, si, part, GRAD_ROWS // 2, ki, ko)
+            si = si + g.R.batch
     while si < hi:
         grad_slice(g, si, part, ki, ko)
         si = si + 1

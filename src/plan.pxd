@@ -64,6 +64,7 @@ cdef extern from "tuning.h":
         SLICE_BLOCK_BYTES "FN_SLICE_BLOCK_BYTES"
         ROWS_PER_BLOCK_MIN "FN_ROWS_PER_BLOCK_MIN"
         GRAD_ROWS "FN_GRAD_ROWS"
+        L1_WAY_BYTES "FN_L1_WAY_BYTES"
         G32_MAX "FN_G32_MAX"
         FOLD_CHUNK "FN_FOLD_CHUNK"
         MASK_BLOCK "FN_MASK_BLOCK"
@@ -489,7 +490,8 @@ cdef struct Route:
     bint fresh           # the output was just allocated
     Py_ssize_t out_bytes # the output's size
     Py_ssize_t row_max   # (ROWS) the longest rows, bytes
-    Py_ssize_t batch     # (ROWS, LANES) slices per work item
+    Py_ssize_t batch     # (ROWS, LANES) slices per work item; (gradients, ROWS)
+                         # rows read side by side
     Py_ssize_t inner     # (CHANNELS) values per run
 
 
@@ -717,4 +719,12 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
     if (L.n_red == 1 and L.red[0].stride[OP_X] == isz and L.red[0].stride[OP_B] == isz
             and L.red[0].stride[OP_G] == 8 and same_for_all(L, OP_G)):
         R.way = WAY_ROWS
+        # Rows a multiple of an L1 way apart share their sets: a whole group
+        # of x's and dy's rows fills a set's ways, and each line the partial
+        # buffers bring there evicts one still being read.  Half a group
+        # leaves room.
+        R.batch = GRAD_ROWS
+        if L.n_kept > 0 and (L.kept[L.n_kept - 1].stride[OP_X] % L1_WAY_BYTES == 0
+                             or L.kept[L.n_kept - 1].stride[OP_B] % L1_WAY_BYTES == 0):
+            R.batch = GRAD_ROWS // 2
     return 0

@@ -167,6 +167,10 @@ static fn_tuning_t fn_tuning;
 #define FN_ROWS_PER_BLOCK_MIN 64
 /* Rows whose parameter sums share one pass over the partial buffers. */
 #define FN_GRAD_ROWS 4
+/* Addresses this many bytes apart fall into the same L1 set: one way of
+ * the L1 spans a page at most (4 KiB on x86; its caches are indexed by the
+ * address within the page). */
+#define FN_L1_WAY_BYTES 4096
 /* Entries of gamma copied to float32 at most. */
 #define FN_G32_MAX (1 << 20)
 /* Columns per work item of the folds and coefficients. */

@@ -1,6 +1,7 @@
 """The gradients' routes, as fastnorm.explain names them: rows (single
 contiguous runs along which gamma lies, rows a few at a time sharing the
-parameter sums), whole, images and channels (NCHW, test_routes_images.py)
+parameter sums, half as many where rows lie a multiple of 4 KiB apart),
+whole, images and channels (NCHW, test_routes_images.py)
 and tiles (columns).
 
 The dx pass works from coefficients made once per slice: dx = dy * (gamma
@@ -39,6 +40,9 @@ CASES = {
     "short-maps": ((40, 12, 3, 3), (0, 2, 3), (1,), "batch"),  # (N, C*9) columns in groups
     "channel-runs": ((6, 5, 20, 20), (0, 2, 3), (1,), "batch"),  # one gamma per run
     "rows": ((50, 300), (1,), (1,), "layer"),               # rows side by side
+    # rows a page apart (float32; float64 two): half a group side by side,
+    # 21 rows leave one for the slice-by-slice way
+    "rows-page": ((21, 1024), (1,), (1,), "layer"),
     "two-axes": ((6, 10, 33), (1, 2), (1, 2), "layer"),     # gamma along runs, 10 runs
     "rms-rows": ((50, 300), (1,), (1,), "rms"),
     "eval-columns": ((300, 70), (0,), (1,), "eval"),
@@ -49,7 +53,7 @@ CASES = {
 # Where each case goes, float32 and float64 alike.
 CASE_ROUTES = {
     "columns": "columns/tiles", "columns-wide": "columns/tiles", "short-maps": "images/channels",
-    "channel-runs": "images/images", "rows": "slices/rows",
+    "channel-runs": "images/images", "rows": "slices/rows", "rows-page": "slices/rows",
     "two-axes": "slices/rows",              # the two axes merge into runs of 330 values
     "rms-rows": "slices/rows", "eval-columns": "columns/tiles", "eval-runs": "images/images",
 }
