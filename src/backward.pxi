@@ -324,15 +324,14 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
 
 cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
                            double* pg, double* pb, Py_ssize_t n,
-                           const double* m, const double* r, Sums* acc,
-                           const char** xa, const char** da, const int nr,
+                           const double* m, const double* r, Sums* acc, const int nr,
                            in_t* ki) noexcept nogil:
     """Pass 1 over nr (at most GRAD_ROWS, a constant where called)
     contiguous runs that share gamma and the partial buffers: A and B of
     each into acc[k], and one read-modify-write of the buffers per vector
     for all of them.  The buffers receive the runs in order, so the sums are
-    those of nr calls of run_sums.  xa, da: the next nr rows of x and dy
-    (NULL at the end), fetched as these are read (float16/float32)."""
+    those of nr calls of run_sums.  The next rows are fetched by pass 2
+    alone: fetching them here too cost time in and out of cache."""
     cdef fn_vd vm[GRAD_ROWS]
     cdef fn_vd vr[GRAD_ROWS]
     cdef fn_vd vmr[GRAD_ROWS]
@@ -357,13 +356,6 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
         ta[k] = 0.0
         tb[k] = 0.0
     while i + FN_W <= n:
-        if in_t is not double:
-            # The next rows, as pass 2 also fetches them: a longer lead
-            # (float64 rows, twice the bytes, gained nothing).
-            if xa[nr - 1] != NULL and i % (64 // sizeof(in_t)) < FN_W:  # once a line
-                for k in range(nr):
-                    fn_prefetch_l2(xa[k] + i * sizeof(in_t))
-                    fn_prefetch_l2(da[k] + i * sizeof(in_t))
         G = fn_load_f64(gp + i)
         PG = fn_load_f64(pg + i)
         PB = fn_load_f64(pb + i)
@@ -439,7 +431,7 @@ cdef inline void grad_rows(const Grad* g, Py_ssize_t si, double* part, const int
             odo_next(&s, L.kept, L.n_kept)
     else:
         rows_sums(xp, dyp, <const double*>g.gamma, <double*>(<char*>part + g.gshift),
-                  <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, xa, da, nr, ki)
+                  <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, nr, ki)
     if g.phase == PHASE_SUMS:
         odo_init(&s, L.kept, L.n_kept, si)
         for k in range(nr):
