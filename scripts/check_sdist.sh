@@ -32,7 +32,8 @@ shopt -s nullglob
 sdists=("$WORK"/sdist/numpy_fastnorm-*.tar.gz)
 [ ${#sdists[@]} -eq 1 ] || fail "expected one sdist, got: ${sdists[*]:-none}"
 sdist=${sdists[0]}
-mkdir -p "$ROOT/dist" && cp "$sdist" "$ROOT/dist/"
+mkdir -p "$ROOT/dist"
+cp "$sdist" "$ROOT/dist/"
 echo "built $(basename "$sdist")"
 
 step "contents"

@@ -244,11 +244,16 @@ cdef inline int check_fits(cnp.ndarray x, cnp.ndarray op) except -1:
     return 0
 
 
-cdef inline int check_like(cnp.ndarray s0, cnp.ndarray s) except -1:
-    """Raise unless statistics array s has s0's shape and, along its axes
-    longer than 1, s0's strides (it is addressed with s0's)."""
+cdef inline int check_like(object first, cnp.ndarray s) except -1:
+    """Raise unless statistics array s has the first one's shape and, along
+    its axes longer than 1, its strides (it is addressed with the first's)."""
     cdef int ax
-    cdef bint same = s.ndim == s0.ndim
+    cdef cnp.ndarray s0
+    cdef bint same
+    if first is None:
+        raise ValueError("fastnorm kernels: statistics arrays without the first one")
+    s0 = <cnp.ndarray>first
+    same = s.ndim == s0.ndim
     if same:
         for ax in range(s0.ndim):
             same = same and s.shape[ax] == s0.shape[ax] and (
@@ -282,7 +287,7 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced,
         o = count if k == 3 else ops[3 + k]
         L.stat[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)
         if k > 0 and o is not None:
-            check_like(<cnp.ndarray>ops[3], <cnp.ndarray>o)
+            check_like(ops[3], <cnp.ndarray>o)
 
     for ax in range(nd):
         size = x.shape[ax]

@@ -254,7 +254,7 @@ def test_kernel_entries_refuse_operands_that_do_not_fit_x():
     # The public functions shape every operand to x's dimensions before a
     # kernel runs; the kernels check it too rather than read strides past
     # a shorter shape (fastnorm._call.backward_sums is the Dask path's).
-    from fastnorm import _call
+    from fastnorm import _call, _simd
     rng = np.random.default_rng(0)
     x, dy = rng.standard_normal((2, 64, 16)), rng.standard_normal((2, 64, 16))
     mean, rstd = x.mean(-1, keepdims=True), 1 / x.std(-1, keepdims=True)
@@ -268,3 +268,7 @@ def test_kernel_entries_refuse_operands_that_do_not_fit_x():
         _call.forward(x, (2,), "center", gamma=np.ones(16))
     with pytest.raises(ValueError, match="statistics arrays of different layouts"):
         _call.backward_sums(dy, x, (2,), mean, rstd[:, :1], gamma, "center")
+    k = _simd.kernels
+    with pytest.raises(ValueError, match="statistics arrays"):
+        k.forward(x, None, None, None, None, np.empty((2, 64, 1)), None, (False, False, True),
+                  k.MODES["center"], 1e-5, 1)

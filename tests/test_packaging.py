@@ -133,6 +133,21 @@ def test_release_hashes_are_commits():
             assert p.returncode == 0, f"{ln} is not a commit of this repository"
 
 
+def test_ci_script_stops_at_a_failing_step():
+    # Under `set -e`, a command that fails before the last `&&` of a list
+    # does not stop a script: a failing test run would go unnoticed.  Every
+    # chained line of .ci/run runs in a subshell, whose status counts.
+    lines = open(_need(".ci/run")).read().splitlines()
+    assert "set -euo pipefail" in lines
+    chained = [ln for ln in lines if "&&" in ln and not ln.lstrip().startswith("#")]
+    assert chained, "the README's test command is a chain of steps"
+    for ln in chained:
+        assert ln.lstrip().startswith("(") and ln.rstrip().endswith(")"), ln
+    p = subprocess.run(["bash", "-c", "set -euo pipefail; (false && true); echo reached"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "reached" not in p.stdout
+
+
 def test_cibuildwheel_config():
     tomllib = pytest.importorskip("tomllib")
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
