@@ -1,6 +1,7 @@
 """Two builds' small calls timed against each other in one process.
 
     python -I benchmarks/ab_small.py KERNELS_A.so KERNELS_B.so [--rounds 15] [--rows R N]
+                                     [--grad R N] [--threads T]
 
 Each KERNELS is a compiled kernel module of one build (for example
 ``.../site-packages/fastnorm/_kernels_avx2.cpython-311-x86_64-linux-gnu.so``
@@ -12,8 +13,9 @@ with the process (its allocations, the interpreter's state), so two
 processes, as in benchmarks/ab.py, hide differences of a few percent.  Per
 call: the median over rounds of the best of 3 loops (of 300 calls, or of
 about 2 ms for longer ones), and the median of the ratios B / A taken
-round by round.  One thread.  ``--rows R N`` adds layer_norm and rms_norm
-over the rows of an (R, N) array, float32 and float64, into ``out=``.
+round by round.  One thread (``--threads``).  ``--rows R N`` adds
+layer_norm and rms_norm over the rows of an (R, N) array, float32 and
+float64, into ``out=``; ``--grad R N`` their gradients.
 Not an asv benchmark.
 """
 import argparse
@@ -85,6 +87,30 @@ def row_calls(k, shape, rng):
     return made
 
 
+def grad_calls(k, shape, rng):
+    """{label: a call of k's fast path} for layer_norm_backward and
+    rms_norm_backward over the rows of a float32 and a float64 array of
+    `shape`, with a gain, into out= (dx placed as x, gradients of the gain
+    and bias)."""
+    made = {}
+    for dtype in (np.float32, np.float64):
+        x = rng.standard_normal(shape).astype(dtype)
+        dy = rng.standard_normal(shape).astype(dtype)
+        gamma = rng.standard_normal(shape[-1]).astype(dtype)
+        _, mean, rstd = fastnorm.layer_norm(x, gamma, return_stats=True)
+        _, rms_rstd = fastnorm.rms_norm(x, gamma, return_stats=True)
+        dx, dg, db = copy_destination(x), np.empty_like(gamma), np.empty_like(gamma)
+        center, rms = k.GRAD_MODES["center"], k.GRAD_MODES["rms"]
+        name = f"{shape} {np.dtype(dtype).name}"
+        made[f"layer_norm_backward {name}"] = (
+            lambda dy=dy, x=x, m=mean, r=rstd, g=gamma, o=(dx, dg, db):
+            k.fast_norm_backward(center, dy, x, m, r, g, -1, o, 3))
+        made[f"rms_norm_backward {name}"] = (
+            lambda dy=dy, x=x, r=rms_rstd, g=gamma, o=(dx, dg):
+            k.fast_norm_backward(rms, dy, x, None, r, g, -1, o, 2))
+    return made
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("a")
@@ -94,8 +120,14 @@ def main():
                    metavar=("R", "N"),
                    help="also layer_norm and rms_norm over the rows of (R, N), float32 and "
                         "float64, into out= (repeatable)")
+    p.add_argument("--grad", type=int, nargs=2, action="append", default=[],
+                   metavar=("R", "N"),
+                   help="also layer_norm_backward and rms_norm_backward over the rows of "
+                        "(R, N), float32 and float64, into out= (repeatable)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for the calls (default 1; small calls run on one anyway)")
     args = p.parse_args()
-    fastnorm.set_num_threads(1)     # the kernels of both builds read it
+    fastnorm.set_num_threads(args.threads)     # the kernels of both builds read it
     rng = np.random.default_rng(0)
     x = rng.standard_normal((32, 768)).astype(np.float32)
     x1 = rng.standard_normal((1, 256)).astype(np.float32)
@@ -110,6 +142,8 @@ def main():
             side = calls(k, arrays)
             for shape in args.rows:
                 side.update(row_calls(k, tuple(shape), np.random.default_rng(2)))
+            for shape in args.grad:
+                side.update(grad_calls(k, tuple(shape), np.random.default_rng(3)))
             sides.append(side)
         labels = list(sides[0])
         # A build whose fast path refuses a call (None) leaves it out.
@@ -126,14 +160,15 @@ def main():
                 for side in order:
                     f, n = sides[side][k], number[k]
                     times[k][side].append(min(timeit.repeat(f, number=n, repeat=3)) / n)
-    print(f"{'call':28s} {'A us':>7s} {'B us':>7s}  B / A")
+    w = max([28] + [len(k) for k in labels])
+    print(f"{'call':{w}s} {'A us':>9s} {'B us':>9s}  B / A")
     for k in labels:
         a, b = times[k]
         ratio = statistics.median(y / x for x, y in zip(a, b))
-        print(f"{k:28s} {1e6 * statistics.median(a):7.2f} {1e6 * statistics.median(b):7.2f}  "
+        print(f"{k:{w}s} {1e6 * statistics.median(a):9.2f} {1e6 * statistics.median(b):9.2f}  "
               f"{ratio:.3f}")
     for k in sorted(refused):
-        print(f"{k:28s} left to the general path by a build's fast path: not compared")
+        print(f"{k:{w}s} left to the general path by a build's fast path: not compared")
 
 
 if __name__ == "__main__":
