@@ -977,8 +977,8 @@ cdef struct ColumnPlan:
     Py_ssize_t n_out_blocks   #   in blocks, every tile of a row in turn
     bint prefetch             # rows are apart in memory: prefetch them
     bint from_memory          # x is larger than the caches: strips start
-                              # at a line where they can (line_head), and
-                              # each sweep fetches the next
+                              # at a line where they can (line_head)...
+    bint fetch_sweeps         # ...and each sweep fetches the next
     double* state             # per item: mean, m2 (STATE_STRIDE doubles; twice
                               # that for float16/float32 blocks of more than
                               # SUM_ROWS rows: the segments' moments so far)
@@ -1059,9 +1059,9 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
     FN_NVC vectors of columns, one sweep down the rows each, then the
     columns left (edge_welford; scalar ones in tiles narrower than a
     vector).  The rows are few enough to stay in L2 between the strips,
-    so only the first strip reads memory, and (x larger than the caches)
-    that read was prefetched by the sweep before, as this one prefetches
-    the next_rows rows after its own."""
+    so only the first strip reads memory, and (p.fetch_sweeps) that read
+    was prefetched by the sweep before, as this one prefetches the
+    next_rows rows after its own."""
     cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X], k, nv
     cdef Py_ssize_t strip = FN_NVC * FN_W
     cdef Py_ssize_t head = line_head(x, rs, sx, t.width, ki) if p.from_memory else 0, c = 0
@@ -1070,7 +1070,7 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
     # float16/float32: sums about each column's centre (strip_welford).
     cdef const double* pivot = t.shift if in_t is not double else t.pivot
     ahead_init(&ahead, x + nrows * rs, t.width * sx, rs,
-               next_rows if p.from_memory and sx == sizeof(in_t) and nrows >= next_rows else 0,
+               next_rows if p.fetch_sweeps and sx == sizeof(in_t) and nrows >= next_rows else 0,
                head // strip + (t.width - head) // strip)
     # The head: whole strips (a line may hold several), then what is left.
     while c + strip <= head:
@@ -1492,11 +1492,15 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     p.prefetch = (not (L.n_red >= 1 and L.red[L.n_red - 1].stride[OP_X]
                        == p.n_cols * L.kept[L.n_kept - 1].stride[OP_X])
                   and p.n_cols * L.kept[L.n_kept - 1].stride[OP_X] <= PREFETCH_ROW_MAX)
-    # From cache a strip reads a line twice at little cost, the edges'
-    # vectors cost their own sweeps, and fetching the next sweep only pushes
-    # lines in use out of L1 (where a machine's L2 prefetch fills it too).
+    # From cache a strip reads a line twice at little cost, and the edges'
+    # vectors cost their own sweeps.
     p.from_memory = (p.n_outer * p.n_rows * p.n_cols * <Py_ssize_t>sizeof(in_t)
                      > CACHED_BYTES)
+    # The L2 hint fills L1 too on some machines (AMD's before Zen 4), where
+    # fetching the next sweep pushes out lines the strips still read: from
+    # cache it gains nothing, and rows an L1 way apart share their sets.
+    p.fetch_sweeps = (p.from_memory and not (L.n_red == 1 and
+                                             L.red[0].stride[OP_X] % L1_WAY_BYTES == 0))
     p.state = NULL
     p.coef32 = NULL
     p.ok32 = NULL

@@ -5,7 +5,8 @@ input).
 
 Statistics: strips of columns are swept down the rows with their sums in
 registers (strips, then single vectors, then scalar columns), rows in
-sweeps that prefetch the next one; float16/float32 strips sum x minus each
+sweeps (in calls larger than the caches, over rows not a multiple of 4 KiB
+apart, each prefetches the next); float16/float32 strips sum x minus each
 column's first value, block by block.  When every row starts at the same
 place in a cache line (rows a whole number of lines apart), the strips
 start at the first whole line in calls larger than the caches
@@ -134,6 +135,21 @@ def test_column_statistics_over_several_sweeps_off_a_line(dtype, offset, simd_le
                 offset, True)
     assert_route(TILES, fastnorm.mean_var, x, axis=0, dtype=np.float64)
     check_mean_var(x)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("row_bytes", [4096, 8192])
+def test_column_statistics_of_rows_an_l1_way_apart(dtype, row_bytes, simd_level):
+    # Rows a multiple of 4 KiB apart, larger than the caches: the sweeps
+    # fetch nothing ahead (their rows share L1 sets); layer_norm's output
+    # follows the same statistics.
+    width = row_bytes // np.dtype(dtype).itemsize
+    x = values((rows_past_cache(width, dtype, 40), width), dtype, 11)
+    assert_route(TILES, fastnorm.mean_var, x, axis=0, dtype=np.float64)
+    check_mean_var(x)
+    y = fastnorm.layer_norm(x, axis=0)
+    want = ref_layer_norm(x, (0,))[0]
+    assert_close(y, want, OUT_TOL[np.dtype(dtype)] * (np.abs(want) + 1.0), "layer_norm")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
