@@ -236,7 +236,8 @@ def derive(m):
         # Runs up to a quarter of L1d go image by image; longer ones slice by
         # slice, which keeps the slice in L2 between its two looks.
         "image_run_bytes": _line(l1d // 4, 1 * KIB),
-        # A row block of the column statistics reads half of L2 of its tile.
+        # A row block of the column statistics reads half of L2 of its tile
+        # (and at least tuning.h's ROW_BLOCK_AIM rows).
         "col_block_bytes": l2 // 2,
         # Rows x tile bytes of a column sweep: the sweep and the next one,
         # fetched meanwhile, stay in L2 beside the output of the strip.

@@ -1464,8 +1464,9 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     # function of the shape only.
     cap = max(<Py_ssize_t>1, MAX_COL_ITEMS // p.n_groups)
     min_rows = max(<Py_ssize_t>ROW_BLOCK_MIN,
-                   min(COL_BLOCK_BYTES // (min(<Py_ssize_t>COL_TILE, p.n_cols)
-                                           * <Py_ssize_t>sizeof(in_t)),
+                   min(max(<Py_ssize_t>ROW_BLOCK_AIM,
+                           COL_BLOCK_BYTES // (min(<Py_ssize_t>COL_TILE, p.n_cols)
+                                               * <Py_ssize_t>sizeof(in_t))),
                        p.n_rows // COL_BLOCKS_MIN))
     p.n_blocks = min(cap, max(<Py_ssize_t>1, p.n_rows // min_rows))
     p.rows_per_block = (p.n_rows + p.n_blocks - 1) // p.n_blocks

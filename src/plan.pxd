@@ -44,6 +44,7 @@ cdef extern from "tuning.h":
         GRAD_COL_TILE "FN_GRAD_COL_TILE"
         PAD "FN_PAD"
         FINISH_COLS "FN_FINISH_COLS"
+        ROW_BLOCK_AIM "FN_ROW_BLOCK_AIM"
         ROW_BLOCK_MIN "FN_ROW_BLOCK_MIN"
         COL_BLOCKS_MIN "FN_COL_BLOCKS_MIN"
         MAX_COL_ITEMS "FN_MAX_COL_ITEMS"

@@ -120,10 +120,13 @@ static fn_tuning_t fn_tuning;
 #define FN_PAD 8
 /* Columns per piece of a tile's finish, so that the threads share it. */
 #define FN_FINISH_COLS 256
-/* Row blocks of the column statistics: at least ROW_BLOCK_MIN rows and
- * COL_BLOCK_BYTES (derived) of a tile where that leaves COL_BLOCKS_MIN
- * blocks (each block's state is zeroed, written and folded), and blocks
- * times tiles at most MAX_COL_ITEMS (the scratch memory). */
+/* Row blocks of the column statistics: ROW_BLOCK_AIM rows or
+ * COL_BLOCK_BYTES (derived) of a tile, whichever is more, where that leaves
+ * COL_BLOCKS_MIN blocks, and at least ROW_BLOCK_MIN rows; blocks times tiles
+ * at most MAX_COL_ITEMS (the scratch memory).  A block's state, 16 bytes a
+ * column, is zeroed, written, folded and merged: over ROW_BLOCK_AIM float32
+ * rows that is a 64th of what the block reads. */
+#define FN_ROW_BLOCK_AIM 256
 #define FN_ROW_BLOCK_MIN 64
 #define FN_COL_BLOCKS_MIN 16
 #define FN_MAX_COL_ITEMS 128
