@@ -978,7 +978,8 @@ cdef struct ColumnPlan:
     bint prefetch             # rows are apart in memory: prefetch them
     bint from_memory          # x is larger than the caches: strips start
                               # at a line where they can (line_head)...
-    bint fetch_sweeps         # ...and each sweep fetches the next
+    bint fetch_sweeps         # ...and each sweep fetches the next, or
+    bint fetch_heads          #   (rows an L1 way apart) the heads of its rows
     double* state             # per item: mean, m2 (STATE_STRIDE doubles; twice
                               # that for float16/float32 blocks of more than
                               # SUM_ROWS rows: the segments' moments so far)
@@ -1069,8 +1070,13 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
     cdef double y, d, rk, s_even, q_even, s_odd, q_odd
     # float16/float32: sums about each column's centre (strip_welford).
     cdef const double* pivot = t.shift if in_t is not double else t.pivot
+    cdef bint ahead_ok = sx == sizeof(in_t) and nrows >= next_rows
+    # The heads go once the strips read the last half way of the row, whose
+    # L1 sets are not theirs.
+    cdef Py_ssize_t heads_at = (max(<Py_ssize_t>0, t.width - L1_WAY_BYTES // 2 // sx)
+                                if p.fetch_heads and ahead_ok and next_rows > 0 else -1)
     ahead_init(&ahead, x + nrows * rs, t.width * sx, rs,
-               next_rows if p.fetch_sweeps and sx == sizeof(in_t) and nrows >= next_rows else 0,
+               next_rows if p.fetch_sweeps and ahead_ok else 0,
                head // strip + (t.width - head) // strip)
     # The head: whole strips (a line may hold several), then what is left.
     while c + strip <= head:
@@ -1080,6 +1086,10 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
         edge_welford(x, rs, sizeof(in_t), nrows, k0, c, c, head, pivot, mean, m2, ki)
         c = head
     while c + strip <= t.width:
+        if heads_at >= 0 and c >= heads_at:
+            for k in range(next_rows):
+                fetch_lines(x + (nrows + k) * rs, SWEEP_HEAD_BYTES)
+            heads_at = -1
         if sx == sizeof(in_t):
             strip_welford(x + c * sx, rs, nrows, k0, pivot + c, mean + c, m2 + c, &ahead, ki)
         else:
@@ -1500,8 +1510,9 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     # The L2 hint fills L1 too on some machines (AMD's before Zen 4), where
     # fetching the next sweep pushes out lines the strips still read: from
     # cache it gains nothing, and rows an L1 way apart share their sets.
-    p.fetch_sweeps = (p.from_memory and not (L.n_red == 1 and
-                                             L.red[0].stride[OP_X] % L1_WAY_BYTES == 0))
+    p.fetch_heads = (p.from_memory and L.n_red == 1
+                     and L.red[0].stride[OP_X] % L1_WAY_BYTES == 0)
+    p.fetch_sweeps = p.from_memory and not p.fetch_heads
     p.state = NULL
     p.coef32 = NULL
     p.ok32 = NULL

@@ -170,6 +170,10 @@ static fn_tuning_t fn_tuning;
 #define FN_ROWS_PER_BLOCK_MIN 64
 /* Rows whose parameter sums share one pass over the partial buffers. */
 #define FN_GRAD_ROWS 4
+/* Bytes of each row of the next column sweep fetched where the rows lie an
+ * L1 way apart: the start of a page, which the hardware prefetchers do not
+ * see coming (they follow the rest of the row). */
+#define FN_SWEEP_HEAD_BYTES 256
 /* Addresses this many bytes apart fall into the same L1 set: one way of
  * the L1 spans a page at most (4 KiB on x86; its caches are indexed by the
  * address within the page). */

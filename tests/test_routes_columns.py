@@ -5,8 +5,9 @@ input).
 
 Statistics: strips of columns are swept down the rows with their sums in
 registers (strips, then single vectors, then scalar columns), rows in
-sweeps (in calls larger than the caches, over rows not a multiple of 4 KiB
-apart, each prefetches the next); float16/float32 strips sum x minus each
+sweeps (in calls larger than the caches each prefetches the next, or over
+rows a multiple of 4 KiB apart the next rows' heads); float16/float32
+strips sum x minus each
 column's first value, block by block.  When every row starts at the same
 place in a cache line (rows a whole number of lines apart), the strips
 start at the first whole line in calls larger than the caches
@@ -141,8 +142,9 @@ def test_column_statistics_over_several_sweeps_off_a_line(dtype, offset, simd_le
 @pytest.mark.parametrize("row_bytes", [4096, 8192])
 def test_column_statistics_of_rows_an_l1_way_apart(dtype, row_bytes, simd_level):
     # Rows a multiple of 4 KiB apart, larger than the caches: the sweeps
-    # fetch nothing ahead (their rows share L1 sets); layer_norm's output
-    # follows the same statistics.
+    # fetch only the next rows' heads (their rows share L1 sets); a tile
+    # narrower than half a way fetches them from its first strip on.
+    # layer_norm's output follows the same statistics.
     width = row_bytes // np.dtype(dtype).itemsize
     x = values((rows_past_cache(width, dtype, 40), width), dtype, 11)
     assert_route(TILES, fastnorm.mean_var, x, axis=0, dtype=np.float64)
@@ -150,6 +152,10 @@ def test_column_statistics_of_rows_an_l1_way_apart(dtype, row_bytes, simd_level)
     y = fastnorm.layer_norm(x, axis=0)
     want = ref_layer_norm(x, (0,))[0]
     assert_close(y, want, OUT_TOL[np.dtype(dtype)] * (np.abs(want) + 1.0), "layer_norm")
+    if dtype == np.float32 and row_bytes == 4096:
+        narrow = values((rows_past_cache(100, dtype, 40), width), dtype, 12)[:, :100]
+        assert_route(TILES, fastnorm.mean_var, narrow, axis=0, dtype=np.float64)
+        check_mean_var(narrow)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
