@@ -1509,7 +1509,8 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
                      > CACHED_BYTES)
     # The L2 hint fills L1 too on some machines (AMD's before Zen 4), where
     # fetching the next sweep pushes out lines the strips still read: from
-    # cache it gains nothing, and rows an L1 way apart share their sets.
+    # cache it gains nothing, and rows an L1 way apart share their sets, so
+    # those fetch the next rows' heads alone.
     p.fetch_heads = (p.from_memory and L.n_red == 1
                      and L.red[0].stride[OP_X] % L1_WAY_BYTES == 0)
     p.fetch_sweeps = p.from_memory and not p.fetch_heads

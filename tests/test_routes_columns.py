@@ -7,12 +7,11 @@ Statistics: strips of columns are swept down the rows with their sums in
 registers (strips, then single vectors, then scalar columns), rows in
 sweeps (in calls larger than the caches each prefetches the next, or over
 rows a multiple of 4 KiB apart the next rows' heads); float16/float32
-strips sum x minus each
-column's first value, block by block.  When every row starts at the same
-place in a cache line (rows a whole number of lines apart), the strips
-start at the first whole line in calls larger than the caches
-(`columns_in_cache`); the columns before that line and those after the last
-whole strip go in vectors whose lanes outside them are masked.
+strips sum x minus each column's first value, block by block.  When every
+row starts at the same place in a cache line (rows a whole number of lines
+apart), the strips start at the first whole line in calls larger than the
+caches (`columns_in_cache`); the columns before that line and those after
+the last whole strip go in vectors whose lanes outside them are masked.
 
 Output: a few rows at a time (`out_rows`), a chunk of columns at a time
 (`out_chunk`; float64 coefficients: half), each piece fetching the next;
