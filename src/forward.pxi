@@ -978,8 +978,8 @@ cdef struct ColumnPlan:
     bint prefetch             # rows are apart in memory: prefetch them
     bint from_memory          # x is larger than the caches: strips start
                               # at a line where they can (line_head)...
-    bint fetch_sweeps         # ...and each sweep fetches the next, or
-    bint fetch_heads          #   (rows an L1 way apart) the heads of its rows
+    bint fetch_heads          # ...and each sweep fetches the next, or (rows
+                              # an L1 way apart) the heads of its rows
     double* state             # per item: mean, m2 (STATE_STRIDE doubles; twice
                               # that for float16/float32 blocks of more than
                               # SUM_ROWS rows: the segments' moments so far)
@@ -1060,9 +1060,9 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
     FN_NVC vectors of columns, one sweep down the rows each, then the
     columns left (edge_welford; scalar ones in tiles narrower than a
     vector).  The rows are few enough to stay in L2 between the strips,
-    so only the first strip reads memory, and (p.fetch_sweeps) that read
-    was prefetched by the sweep before, as this one prefetches the
-    next_rows rows after its own."""
+    so only the first strip reads memory, and (from memory) that read was
+    prefetched by the sweep before, as this one prefetches the next_rows
+    rows after its own (or their heads, p.fetch_heads)."""
     cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X], k, nv
     cdef Py_ssize_t strip = FN_NVC * FN_W
     cdef Py_ssize_t head = line_head(x, rs, sx, t.width, ki) if p.from_memory else 0, c = 0
@@ -1076,7 +1076,7 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
     cdef Py_ssize_t heads_at = (max(<Py_ssize_t>0, t.width - L1_WAY_BYTES // 2 // sx)
                                 if p.fetch_heads and ahead_ok and next_rows > 0 else -1)
     ahead_init(&ahead, x + nrows * rs, t.width * sx, rs,
-               next_rows if p.fetch_sweeps and ahead_ok else 0,
+               next_rows if p.from_memory and not p.fetch_heads and ahead_ok else 0,
                head // strip + (t.width - head) // strip)
     # The head: whole strips (a line may hold several), then what is left.
     while c + strip <= head:
@@ -1511,9 +1511,7 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     # fetching the next sweep pushes out lines the strips still read: from
     # cache it gains nothing, and rows an L1 way apart share their sets, so
     # those fetch the next rows' heads alone.
-    p.fetch_heads = (p.from_memory and L.n_red == 1
-                     and L.red[0].stride[OP_X] % L1_WAY_BYTES == 0)
-    p.fetch_sweeps = p.from_memory and not p.fetch_heads
+    p.fetch_heads = p.from_memory and L.n_red == 1 and way_apart(L.red[0].stride[OP_X])
     p.state = NULL
     p.coef32 = NULL
     p.ok32 = NULL

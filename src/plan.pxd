@@ -231,6 +231,12 @@ cdef inline object operand(tuple ops, object mask, int k):
     return mask if k == OP_M else ops[k - 1]
 
 
+cdef inline bint way_apart(Py_ssize_t stride) noexcept nogil:
+    """Whether rows stride bytes apart all fall into the same L1 sets (a
+    multiple of an L1 way apart)."""
+    return stride % L1_WAY_BYTES == 0
+
+
 cdef inline int check_fits(cnp.ndarray x, cnp.ndarray op) except -1:
     """Raise unless op has x's dimensions, each x's size or 1: the strides
     below are read for x's axes (the Python layer shapes every operand so;
@@ -731,7 +737,7 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
         # buffers bring there evicts one still being read.  Half a group
         # leaves room.
         R.batch = GRAD_ROWS
-        if L.n_kept > 0 and (L.kept[L.n_kept - 1].stride[OP_X] % L1_WAY_BYTES == 0
-                             or L.kept[L.n_kept - 1].stride[OP_B] % L1_WAY_BYTES == 0):
+        if L.n_kept > 0 and (way_apart(L.kept[L.n_kept - 1].stride[OP_X])
+                             or way_apart(L.kept[L.n_kept - 1].stride[OP_B])):
             R.batch = GRAD_ROWS // 2
     return 0
