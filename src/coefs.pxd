@@ -13,7 +13,7 @@
 # slice's sums.  float32 coefficients are refused (false) where float32
 # cannot hold them with room to spare; the double pass takes the slice then.
 
-from libc.math cimport sqrt, fabs, NAN
+from libc.math cimport sqrt, fabs, NAN, INFINITY
 
 from simd cimport *
 from moments cimport Moments
@@ -87,6 +87,24 @@ cdef inline Coef record_var(Moments m, double pivot, int mode, const Layout* L,
         (<double*>(L.stat[0] + off))[0] = var + mean * mean
         (<double*>(L.stat[1] + off))[0] = scale
     return c
+
+
+cdef inline bint lanes_record_center(fn_vd mean, fn_vd var, fn_vd scale, const Layout* L,
+                                     Py_ssize_t off, Py_ssize_t step) noexcept nogil:
+    """record_var's statistics (MODE_CENTER) of FN_W slices at once (mean
+    pivot + shift, variance and scale in their lanes), written step bytes
+    apart from off; false (nothing written) unless they follow each other
+    and every variance is finite, where record_var takes the slices one by
+    one."""
+    if L.stat[0] == NULL:
+        return True
+    if step != sizeof(double) or not fn_all_between(var, -INFINITY, INFINITY):
+        return False
+    fn_store_f64(<double*>(L.stat[0] + off), mean)
+    fn_store_f64(<double*>(L.stat[1] + off), scale)
+    if L.stat[2] != NULL:
+        fn_store_f64(<double*>(L.stat[2] + off), var)
+    return True
 
 
 cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
@@ -180,27 +198,35 @@ cdef inline bint lanes_affine_d(const double* piv, const double* mean, const dou
     return True
 
 
+cdef inline bint lanes_affine_gf(fn_vd mean, fn_vd scale, fn_vd g, fn_vd b, float* m,
+                                 float* k2, float* k0) noexcept nogil:
+    """affine_f of FN_W slices at once (the mean, pivot + shift, the scale,
+    gain and bias of each in its lane), the bits each gets alone; false
+    (nothing usable) where one of them cannot have float32 coefficients."""
+    cdef fn_vd sc = fn_mul(scale, g), e
+    fn_store_f32(m, mean)
+    # affine_f's (mean - m) * sc - b, one rounding where FMA is (there the
+    # compiler contracts affine_f's too)
+    e = fn_fma(fn_sub(mean, fn_load_f32(m)), sc, fn_mul(b, fn_set1(-1.0)))
+    if not (fn_all_between(mean, -1e30, 1e30) and fn_all_between(scale, 1e-30, 1e30)
+            and fn_all_between(sc, -1e30, 1e30) and fn_all_between(e, -1e30, 1e30)):
+        return False
+    fn_store_f32(k2, sc)
+    fn_store_f32(k0, fn_mul(e, fn_set1(-1.0)))
+    return True
+
+
 cdef inline bint lanes_affine_f(const double* piv, const double* mean, const double* m2,
                                 const double* scale, int mode, float* m, float* k2,
                                 float* k0) noexcept nogil:
-    """affine_f (gain 1, bias 0) of FN_W slices at once, the bits each gets
-    alone, where lanes_plain holds and float32 holds every slice's; false
-    (nothing usable) otherwise."""
-    cdef fn_vd mv, sc = fn_load_f64(scale)
-    cdef int l
+    """affine_f (gain 1, bias 0) of FN_W slices at once, where lanes_plain
+    holds and float32 holds every slice's (lanes_affine_gf); false (nothing
+    usable) otherwise."""
     if not lanes_plain(mean, m2):
         return False
-    for l in range(FN_W):
-        if not (fabs(piv[l] + mean[l]) < 1e30 and 1e-30 < scale[l] < 1e30):
-            return False
-    if mode == MODE_RMS:
-        mv = fn_zero()           # rms_norm does not centre
-    else:
-        mv = fn_add(fn_load_f64(piv), fn_load_f64(mean))
-    fn_store_f32(m, mv)
-    fn_store_f32(k2, sc)
-    fn_store_f32(k0, fn_mul(fn_sub(fn_load_f32(m), mv), sc))
-    return True
+    return lanes_affine_gf(fn_zero() if mode == MODE_RMS      # rms_norm does not centre
+                           else fn_add(fn_load_f64(piv), fn_load_f64(mean)),
+                           fn_load_f64(scale), fn_set1(1.0), fn_zero(), m, k2, k0)
 
 
 # ---------------------------------------------------------------------------

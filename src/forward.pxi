@@ -1212,7 +1212,7 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
     cdef double na, nb
     cdef double var[8]
     cdef double scale[8]
-    cdef fn_vd v
+    cdef fn_vd v, sc
     cdef Moments m
     cdef Coef co
     cdef Py_ssize_t off
@@ -1242,16 +1242,19 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
         # division and square root as finish's (rstd_of), lane by lane.
         while c + FN_W <= hi:
             v = fn_div(fn_load_f64(first_m2 + c), fn_set1(na))
-            fn_store_f64(var, v)
-            fn_store_f64(scale, fn_div(fn_set1(1.0), fn_sqrt(fn_add(v, fn_set1(p.eps)))))
-            for l in range(FN_W):
-                m.mean = first[c + l]
-                m.m2 = first_m2[c + l]
-                co = record_var(m, t.pivot[c + l], p.mode, p.L, off + (c + l) * sS, scale[l],
-                                var[l])
-                t.pivot[c + l] = co.pivot
-                t.shift[c + l] = co.shift
-                t.scale[c + l] = co.scale
+            sc = fn_div(fn_set1(1.0), fn_sqrt(fn_add(v, fn_set1(p.eps))))
+            if not lanes_record_center(fn_add(fn_load_f64(t.pivot + c), fn_load_f64(first + c)),
+                                       v, sc, p.L, off + c * sS, sS):
+                fn_store_f64(var, v)
+                fn_store_f64(scale, sc)
+                for l in range(FN_W):
+                    m.mean = first[c + l]
+                    m.m2 = first_m2[c + l]
+                    record_var(m, t.pivot[c + l], p.mode, p.L, off + (c + l) * sS, scale[l],
+                               var[l])
+            # (record_var's coefficients: the pivot as it is, the shift, the scale)
+            fn_store_f64(t.shift + c, fn_load_f64(first + c))
+            fn_store_f64(t.scale + c, sc)
             c = c + FN_W
     while c < hi:
         m.mean = first[c]
@@ -1278,6 +1281,18 @@ cdef inline Coef tile_coef(const ColumnPlan* p, const Tile* t, Py_ssize_t c, con
     return co
 
 
+cdef inline fn_vd param_lanes(const char* p, Py_ssize_t stride, Py_ssize_t c) noexcept nogil:
+    """A folded gain's or bias's values of columns c .. c + FN_W (float64,
+    stride bytes apart) in a vector."""
+    cdef double v[8]
+    cdef int l
+    if stride == sizeof(double):
+        return fn_load_f64(param_at(p + c * stride))
+    for l in range(FN_W):
+        v[l] = param_at(p + (c + l) * stride)[0]
+    return fn_load_f64(v)
+
+
 cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     """One tile's coefficients for the output pass, from its columns'
     pivot, shift and scale (column_finish): the float32 pass's (ok32[group]
@@ -1295,6 +1310,8 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     cdef Py_ssize_t c
     cdef Coef co
     cdef bint ok = p.f32
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    cdef fn_vd g = fn_set1(1.0), b = fn_zero()
     if p.f32:
         f_m = p.coef32 + group * COEF32_STRIDE
         f_k2 = f_m + COL_TILE + WRAP
@@ -1304,6 +1321,16 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
     gp = col_ptr(p, &t, &row, OP_G)
     bp = col_ptr(p, &t, &row, OP_B)
     c = 0
+    # A vector of columns at a time while float32 holds them; the columns of
+    # a vector that does not hold, and the last ones, one at a time.
+    while ok and c + FN_W <= t.width:
+        if p.fold:
+            g = param_lanes(gp, vec.stride[OP_G], c)
+            b = param_lanes(bp, vec.stride[OP_B], c)
+        if not lanes_affine_gf(fn_add(fn_load_f64(t.pivot + c), fn_load_f64(t.shift + c)),
+                               fn_load_f64(t.scale + c), g, b, &f_m[c], &f_k2[c], &f_k0[c]):
+            break
+        c = c + FN_W
     while ok and c < t.width:
         co = tile_coef(p, &t, c, gp, bp, &gc, &bc)
         ok = affine_f(co, gc, bc, &f_m[c], &f_k2[c], &f_k0[c])

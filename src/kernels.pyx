@@ -95,7 +95,7 @@ cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s
         raise ValueError("fastnorm: statistics arrays are needed here")
     if has_y:
         yt = type_code(y)
-        y_bytes = y.nbytes
+        y_bytes = cnp.PyArray_NBYTES(<cnp.ndarray>y)
         y_contiguous = cnp.PyArray_IS_C_CONTIGUOUS(y) or cnp.PyArray_IS_F_CONTIGUOUS(y)
     make_layout(L, x, (y, gamma, beta, s0, s1, s2), reduced)
     # Absent parameters read as a broadcast 1 (gamma) and 0 (beta).
@@ -103,7 +103,8 @@ cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s
         L.base[OP_G] = <char*>&fn_one
     if beta is None:
         L.base[OP_B] = <char*>&fn_zero_value
-    route_forward(R, L, mode, has_y, xt, yt, nthreads, fresh, y_contiguous, x.nbytes, y_bytes)
+    route_forward(R, L, mode, has_y, xt, yt, nthreads, fresh, y_contiguous,
+                  cnp.PyArray_NBYTES(x), y_bytes)
     return 0
 
 
@@ -113,10 +114,13 @@ cdef int start_call(const Route* R, cnp.ndarray x, out) except -1:
     threads, each its own pages (see fn_fault_in)."""
     cdef char* data
     cdef Py_ssize_t nbytes
-    schedule_for(x.nbytes, R.guided)
+    # (For one thread the schedule decides nothing; setting it is an OpenMP
+    # call that takes a lock.)
+    if R.threads > 1:
+        schedule_for(cnp.PyArray_NBYTES(x), R.guided)
     if R.fault_in:
         data = <char*>cnp.PyArray_DATA(<cnp.ndarray>out)
-        nbytes = (<cnp.ndarray>out).nbytes
+        nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>out)
         with nogil:
             fn_fault_in(data, nbytes, R.threads)
     return 0
@@ -288,7 +292,9 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
     route_backward(R, L, in_code, nthreads, fresh,
                    dx is not None and (cnp.PyArray_IS_C_CONTIGUOUS(dx)
                                        or cnp.PyArray_IS_F_CONTIGUOUS(dx)),
-                   x.nbytes, 0 if dx is None else dx.nbytes, phase == PHASE_BOTH)
+                   cnp.PyArray_NBYTES(x),
+                   0 if dx is None else cnp.PyArray_NBYTES(<cnp.ndarray>dx),
+                   phase == PHASE_BOTH)
     g.L = L
     g.R = R
     g.mode = mode

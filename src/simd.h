@@ -334,6 +334,33 @@ static inline fn_vd fn_lane_mask(ptrdiff_t lo, ptrdiff_t hi)
     return m;
 }
 
+/* Whether every lane of a lies strictly between lo and hi (false for NaN,
+ * as a scalar lo < a && a < hi is). */
+static inline int fn_all_between(fn_vd a, double lo, double hi)
+{
+#if defined(__AVX512F__)
+    __m512d v = (__m512d)a;
+    return (_mm512_cmp_pd_mask(v, _mm512_set1_pd(lo), _CMP_GT_OQ)
+            & _mm512_cmp_pd_mask(v, _mm512_set1_pd(hi), _CMP_LT_OQ)) == 0xFF;
+#elif defined(__AVX__)
+    __m256d v = (__m256d)a;
+    return _mm256_movemask_pd(_mm256_and_pd(_mm256_cmp_pd(v, _mm256_set1_pd(lo), _CMP_GT_OQ),
+                                            _mm256_cmp_pd(v, _mm256_set1_pd(hi), _CMP_LT_OQ)))
+           == 0xF;
+#elif defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+    __m128d v = (__m128d)a;
+    return _mm_movemask_pd(_mm_and_pd(_mm_cmpgt_pd(v, _mm_set1_pd(lo)),
+                                      _mm_cmplt_pd(v, _mm_set1_pd(hi)))) == 0x3;
+#else
+    double t[FN_W];
+    memcpy(t, &a, sizeof t);
+    for (int l = 0; l < FN_W; l++)
+        if (!(lo < t[l] && t[l] < hi))
+            return 0;
+    return 1;
+#endif
+}
+
 /* The lanes of a where mask is set, +0.0 elsewhere. */
 static inline fn_vd fn_masked(fn_vd a, fn_vd mask)
 {
