@@ -69,7 +69,18 @@ def explain(func, *args, **kwargs):
         written from its last slice down), ``float32_pass``, ``rows_pass``,
         ``in_cache``, ``slices`` and ``slice_length``, ``fast_path`` (the
         call takes the fast path for small calls) and ``copies`` (what is
-        copied or converted before the kernel runs).  A call with nothing
+        copied or converted before the kernel runs).  ``columns`` is None
+        but for the columns pattern, where it gives the plan derived from
+        the shape and the caches (of the call's first piece, where it goes
+        in pieces): ``tile_columns`` (columns a thread's tile holds) and
+        ``tiles``, the statistics' ``row_blocks`` of ``rows_per_block``
+        rows (a function of the shape and the machine alone, so results
+        do not depend on the thread count), ``sweep_rows`` (rows swept
+        down each strip of columns while they stay in L2) and
+        ``fetch_ahead``: what each sweep prefetches, "sweeps" (the next
+        sweep's rows, for data larger than the caches), "heads" (only the
+        first bytes of each next row, where rows lie a multiple of 4 KiB
+        apart and would evict each other from L1) or "none" (in cache).  A call with nothing
         to compute (an empty input) gives ``pattern`` None.  ``machine``
         is what the tuning was derived from (``l1d``, ``l2``, ``l3`` in
         bytes, ``cores``, ``source``) and ``tuning`` the values derived
@@ -119,6 +130,7 @@ def explain(func, *args, **kwargs):
             explaining -= 1
         _local.notes = None
     route.setdefault("fast_path", False)
+    route.setdefault("columns", None)
     route["copies"] = notes
     m = _machine.MACHINE
     route["machine"] = {"l1d": m.l1d, "l2": m.l2, "l3": m.l3, "cores": m.cores,

@@ -1482,11 +1482,11 @@ cdef void column_rows_out(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
     fn_sfence()
 
 
-cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, bint has_y,
-                        in_t* ki, out_t* ko) noexcept nogil:
-    cdef ColumnPlan p
-    cdef int nthreads = R.threads
-    cdef Py_ssize_t i, n_items, n_out_items, cap, min_rows, n_finish
+cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode, double eps,
+                       bint has_y, in_t* ki, out_t* ko) noexcept nogil:
+    """A columns_kernel call's sizes and flags (all of p but its scratch):
+    the one place they are decided, for the call and for explain."""
+    cdef Py_ssize_t cap, min_rows
     cdef bint runs
     p.L = L
     p.R = R
@@ -1517,13 +1517,10 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
         p.rows_per_sweep = min(p.rows_per_sweep, <Py_ssize_t>SUM_ROWS)
         if p.rows_per_block > SUM_ROWS:
             p.state_stride = 2 * STATE_STRIDE
-    n_items = p.n_groups * p.n_blocks
     p.finish_pieces = (min(<Py_ssize_t>COL_TILE, p.n_cols) + FINISH_COLS - 1) // FINISH_COLS
-    n_finish = p.n_groups * p.finish_pieces
     p.n_out_blocks = max(<Py_ssize_t>1, min(p.n_rows, MAX_COL_ITEMS // p.n_outer))
     p.rows_per_out = (p.n_rows + p.n_out_blocks - 1) // p.n_out_blocks
     p.n_out_blocks = (p.n_rows + p.rows_per_out - 1) // p.rows_per_out
-    n_out_items = p.n_outer * p.n_out_blocks
     # Hardware prefetchers follow rows that follow each other in memory;
     # rows apart need software prefetch (short ones: a long row trains the
     # hardware by itself).
@@ -1556,6 +1553,17 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     p.periodic = p.f32 and runs
     p.periodic_d = (runs and not p.periodic and p.n_outer == 1
                     and p.n_cols * 3 * <Py_ssize_t>sizeof(double) <= PERIODIC_BYTES)
+
+
+cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, bint has_y,
+                        in_t* ki, out_t* ko) noexcept nogil:
+    cdef ColumnPlan p
+    cdef int nthreads = R.threads
+    cdef Py_ssize_t i, n_items, n_out_items, n_finish
+    plan_columns(&p, L, R, mode, eps, has_y, ki, ko)
+    n_items = p.n_groups * p.n_blocks
+    n_finish = p.n_groups * p.finish_pieces
+    n_out_items = p.n_outer * p.n_out_blocks
     p.coef = <double*>fn_malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if mode != MODE_GIVEN:
         p.state = <double*>fn_malloc(n_items * p.state_stride * sizeof(double))
@@ -1626,6 +1634,38 @@ cdef int columns_forward(const Layout* L, const Route* R, int mode, double eps, 
             rc = columns_forward(&sub, R, mode, eps, has_y, ki, ko)
         start += size
     return rc
+
+
+cdef dict column_plan_dict(const Layout* L, const Route* R, int mode, bint has_y, in_t* ki,
+                           out_t* ko):
+    """explain's account of a COLUMNS call's plan: plan_columns's, for the
+    first piece where the call goes in pieces (as columns_forward takes
+    them)."""
+    cdef ColumnPlan p
+    cdef Layout piece[2]
+    cdef Py_ssize_t step
+    cdef int a = pass_axis(L, COL_TILE, MAX_PASS_GROUPS, &step), k = 0
+    cdef bint last
+    while a >= 0:
+        layout_piece(L, &piece[k], a, 0, piece_size(L, a, 0, step, COL_TILE))
+        last = a == L.n_kept - 1
+        L = &piece[k]
+        k = 1 - k
+        a = -1 if last else pass_axis(L, COL_TILE, MAX_PASS_GROUPS, &step)
+    plan_columns(&p, L, R, mode, 0.0, has_y, ki, ko)
+    return {"tile_columns": min(<Py_ssize_t>COL_TILE, p.n_cols), "tiles": p.n_tiles,
+            "row_blocks": p.n_blocks, "rows_per_block": p.rows_per_block,
+            "sweep_rows": p.rows_per_sweep,
+            "fetch_ahead": "heads" if p.fetch_heads else "sweeps" if p.from_memory else "none"}
+
+
+cdef dict column_plan_in(const Layout* L, const Route* R, int mode, bint has_y, int out_code,
+                         in_t* ki):
+    if out_code == 0:
+        return column_plan_dict(L, R, mode, has_y, ki, <half_t*>NULL)
+    if out_code == 1:
+        return column_plan_dict(L, R, mode, has_y, ki, <float*>NULL)
+    return column_plan_dict(L, R, mode, has_y, ki, <double*>NULL)
 
 
 # ---------------------------------------------------------------------------

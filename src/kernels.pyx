@@ -166,7 +166,7 @@ cdef dict route_dict(const Route* R, const Layout* L):
             "streams": bool(R.stream), "descending": bool(R.descend),
             "float32_pass": bool(R.f32), "rows_pass": bool(R.rows_out),
             "in_cache": bool(R.in_cache), "simd": FN_VARIANT_NAME.decode(),
-            "slices": L.n_slices, "slice_length": L.slice_len}
+            "slices": L.n_slices, "slice_length": L.slice_len, "columns": None}
 
 
 def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
@@ -175,8 +175,18 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     nothing is run."""
     cdef Layout L
     cdef Route R
+    cdef dict route
+    cdef int xt = type_code(x), yt = xt if y is None else type_code(y)
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
-    return route_dict(&R, &L)
+    route = route_dict(&R, &L)
+    if R.pattern == COLUMNS:
+        if xt == 0:
+            route["columns"] = column_plan_in(&L, &R, mode, y is not None, yt, <half_t*>NULL)
+        elif xt == 1:
+            route["columns"] = column_plan_in(&L, &R, mode, y is not None, yt, <float*>NULL)
+        else:
+            route["columns"] = column_plan_in(&L, &R, mode, y is not None, yt, <double*>NULL)
+    return route
 
 
 def masked_forward(cnp.ndarray x, cnp.ndarray where, y, gamma, beta, s0, s1, s2, count,

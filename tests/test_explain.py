@@ -18,7 +18,8 @@ import fastpath
 from reference import assert_bitwise, fingerprint
 
 KEYS = {"pattern", "schedule", "threads", "streams", "descending", "float32_pass", "rows_pass",
-        "in_cache", "simd", "slices", "slice_length", "fast_path", "copies", "machine", "tuning"}
+        "in_cache", "simd", "slices", "slice_length", "fast_path", "copies", "machine", "tuning",
+        "columns"}
 RNG = np.random.default_rng(0)
 X = (2.0 + RNG.standard_normal((6, 4, 5))).astype(np.float32)
 DY = RNG.standard_normal(X.shape).astype(np.float32)
@@ -63,6 +64,12 @@ def test_keys_and_their_types(name):
     assert r["copies"] == []
     assert set(r["machine"]) == {"l1d", "l2", "l3", "cores", "source"}
     assert r["tuning"] == dispatch.kernels.tuning()
+    if r["pattern"] == "columns":
+        assert set(r["columns"]) == {"tile_columns", "tiles", "row_blocks", "rows_per_block",
+                                     "sweep_rows", "fetch_ahead"}
+        assert r["columns"]["fetch_ahead"] in ("sweeps", "heads", "none")
+    else:
+        assert r["columns"] is None
 
 
 def test_slices_and_their_length():

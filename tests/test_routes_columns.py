@@ -87,6 +87,11 @@ def rows_past_cache(width, dtype, extra):
     return KERNELS.tuning()["cached_bytes"] // (width * np.dtype(dtype).itemsize) + extra
 
 
+def _fetch(func, x):
+    """What each sweep of func(x, axis=0) fetches ahead, as explain says."""
+    return fastnorm.explain(func, x, axis=0)["columns"]["fetch_ahead"]
+
+
 def values(shape, dtype, seed, offset=3.0):
     rng = np.random.default_rng(seed)
     return (offset + rng.standard_normal(shape) * (1.0 + rng.random(shape[-1]))).astype(dtype)
@@ -134,7 +139,9 @@ def test_column_statistics_over_several_sweeps_off_a_line(dtype, offset, simd_le
     x = in_line(values((rows, width), dtype, 7, offset=1e3 if dtype != np.float16 else 30.0),
                 offset, True)
     assert_route(TILES, fastnorm.mean_var, x, axis=0, dtype=np.float64)
+    assert _fetch(fastnorm.mean_var, x) == "sweeps"
     check_mean_var(x)
+    assert _fetch(fastnorm.mean_var, x[:rows_past_cache(width, dtype, 0) // 2]) == "none"
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
@@ -147,6 +154,7 @@ def test_column_statistics_of_rows_an_l1_way_apart(dtype, row_bytes, simd_level)
     width = row_bytes // np.dtype(dtype).itemsize
     x = values((rows_past_cache(width, dtype, 40), width), dtype, 11)
     assert_route(TILES, fastnorm.mean_var, x, axis=0, dtype=np.float64)
+    assert _fetch(fastnorm.mean_var, x) == "heads"
     check_mean_var(x)
     y = fastnorm.layer_norm(x, axis=0)
     want = ref_layer_norm(x, (0,))[0]
@@ -306,6 +314,33 @@ def test_pieces_of_the_outer_axes(shape, axis, threads):
     y = fastnorm.layer_norm(x, axis=axis)
     ref = ref_layer_norm(x, (axis,))[0]
     assert_close(y, ref, OUT_TOL[np.dtype(np.float32)] * (np.abs(ref) + 1.0), "layer_norm")
+
+
+@pytest.mark.parametrize("shape", [(300, 70), (8192, 1024), (100_000, 8), (3, 2 * TILE + 5),
+                                   (5, 2 * PASS * TILE + 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_column_plan_is_the_shapes(shape, dtype):
+    # explain's plan of the columns: its tiles hold the columns and its row
+    # blocks the rows, and nothing in it depends on the thread count (so
+    # that the statistics' bits do not); where the call goes in pieces, the
+    # first piece's.
+    x = np.zeros(shape, dtype)
+    plans = []
+    for n in (1, 2):
+        fastnorm.set_num_threads(n)
+        try:
+            plans.append(fastnorm.explain(fastnorm.layer_norm, x, axis=0)["columns"])
+        finally:
+            fastnorm.set_num_threads(None)
+    assert plans[0] == plans[1]
+    plan = plans[0]
+    assert plan["tile_columns"] == min(TILE, shape[1])
+    width = min(shape[1], PASS * TILE)
+    assert plan["tiles"] == -(-width // TILE)
+    rows, blocks, per_block = shape[0], plan["row_blocks"], plan["rows_per_block"]
+    assert (blocks - 1) * per_block < rows <= blocks * per_block
+    assert 1 <= plan["sweep_rows"]
+    assert fastnorm.explain(fastnorm.layer_norm, x)["columns"] is None      # rows: slices
 
 
 def test_passes_do_not_depend_on_threads():
