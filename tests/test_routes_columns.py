@@ -436,17 +436,57 @@ def test_columns_float32_pass_streamed_unaligned_output():
     assert_close(y, ref, _bar(ref), "streamed columns")
 
 
-def test_columns_float32_pass_hands_extreme_tiles_to_float64():
+@pytest.mark.parametrize("column", [3, 9, 18])
+def test_columns_float32_pass_hands_extreme_tiles_to_float64(column, simd_level):
     # One column near float32's largest values with mixed signs: its tile
-    # is normalized in float64 (float32 would overflow x - mean).
+    # is normalized in float64 (float32 would overflow x - mean), wherever
+    # the column falls among the vectors of columns and the last ones.
     rng = np.random.default_rng(11)
     x = rng.standard_normal((64, 20)).astype(F32)
-    x[:, 3] = np.where(np.arange(64) % 16 == 0, -3e38, 3e38)
+    x[:, column] = np.where(np.arange(64) % 16 == 0, -3e38, 3e38)
     assert_route(dict(TILES, float32_pass=True), fastnorm.batch_norm, x, axis=0)
     y = fastnorm.batch_norm(x, axis=0)
     assert np.all(np.isfinite(y))
     ref = _bn_ref(x, (0,), 1.0, 0.0)
     assert_close(y, ref, _bar(ref), "extreme column")
+
+
+@pytest.mark.parametrize("column", [2, 13, 19])
+def test_columns_float32_pass_hands_an_extreme_gain_to_float64(column, simd_level):
+    # A gain that float32 coefficients cannot hold times the scale.
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((64, 20)).astype(F32)
+    g = np.ones(20, F32)
+    g[column] = 3e37
+    y = fastnorm.batch_norm(x, g, axis=0)
+    ref = _bn_ref(x, (0,), g.astype(np.float64), 0.0)
+    assert_close(y, ref, _bar(ref), "extreme gain")
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_columns_nonfinite_columns_among_finite_ones(dtype, simd_level):
+    # Columns that a NaN or an inf poisons, inside vectors of clean ones:
+    # NaN statistics there (mean too), the others' as the reference's.
+    rng = np.random.default_rng(13)
+    x = (1.0 + rng.standard_normal((64, 20))).astype(dtype)
+    x[7, 5] = np.nan
+    x[3, 10] = np.inf
+    rm, rv = np.zeros(20, dtype), np.ones(20, dtype)
+    y, mean, rstd = fastnorm.batch_norm(x, None, None, rm, rv, axis=0, return_stats=True)
+    mean, rstd = mean.ravel(), rstd.ravel()       # keepdims: (1, 20)
+    bad = [5, 10]
+    good = [c for c in range(20) if c not in bad]
+    assert np.isnan(y[:, bad]).all()
+    assert np.isnan(mean[bad]).all() and np.isnan(rstd[bad]).all()
+    assert np.isnan(rm[bad]).all() and np.isnan(rv[bad]).all()
+    xg = x[:, good].astype(np.float64)
+    want_mean, want_var = xg.mean(axis=0), xg.var(axis=0)
+    tol = ACC[np.dtype(dtype)]
+    assert_close(mean[good], want_mean, tol * (1 + np.abs(want_mean)), "mean")
+    assert_close(rstd[good], 1 / np.sqrt(want_var + EPS), tol / np.sqrt(want_var + EPS), "rstd")
+    assert_close(rv[good], 0.9 + 0.1 * want_var * 64 / 63, tol * 4, "running var")
+    ref = _bn_ref(x[:, good].astype(np.float64), (0,), 1.0, 0.0)
+    assert_close(y[:, good], ref, OUT_TOL[np.dtype(dtype)] * (np.abs(ref) + 1.0), "y")
 
 
 @pytest.mark.parametrize("dtype", [np.float16, F32, np.float64])
