@@ -70,9 +70,10 @@ def explain(func, *args, **kwargs):
         ``in_cache``, ``slices`` and ``slice_length``, ``fast_path`` (the
         call takes the fast path for small calls) and ``copies`` (what is
         copied or converted before the kernel runs).  ``columns`` is None
-        but for the columns pattern, where it gives the plan derived from
-        the shape and the caches (of the call's first piece, where it goes
-        in pieces): ``tile_columns`` (columns a thread's tile holds) and
+        but for a forward call on the columns pattern's ``tiles`` schedule
+        (not gradients, not ``where=``), where it gives the plan derived
+        from the shape and the caches (of the call's first piece, where it
+        goes in pieces): ``tile_columns`` (columns a thread's tile holds) and
         ``tiles``, the statistics' ``row_blocks`` of ``rows_per_block``
         rows (a function of the shape and the machine alone, so results
         do not depend on the thread count), ``sweep_rows`` (rows swept

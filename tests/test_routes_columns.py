@@ -341,6 +341,8 @@ def test_the_column_plan_is_the_shapes(shape, dtype):
     assert (blocks - 1) * per_block < rows <= blocks * per_block
     assert 1 <= plan["sweep_rows"]
     assert fastnorm.explain(fastnorm.layer_norm, x)["columns"] is None      # rows: slices
+    masked = fastnorm.explain(fastnorm.layer_norm, x, axis=0, where=np.ones(shape, bool))
+    assert (masked["schedule"], masked["columns"]) == ("masked", None)  # its own tiles
 
 
 def test_passes_do_not_depend_on_threads():
