@@ -1,7 +1,8 @@
 """asv benchmarks for ways of calling: small calls allocating their output
-or writing into ``out=`` (the fast path's cost beside the kernel's), the
-same small call spelled the ways users write it, and where= / masked
-arrays beside the unmasked call on the same data."""
+or writing into ``out=`` (the fast path's cost beside the kernel's), with
+their statistics (``return_stats``), the same small call spelled the ways
+users write it, and where= / masked arrays beside the unmasked call on the
+same data."""
 import inspect
 import warnings
 
@@ -38,6 +39,32 @@ class SmallCall:
 
     def time_call(self, func, output, shape):
         _call(self.func, self.x, self.out)
+
+
+class ReturnStats:
+    """A small float32 call that returns its statistics too (a training
+    step's forward, for the gradient), allocating, on one thread."""
+    params = [["layer_norm", "rms_norm", "batch_norm"], list(SMALL_SHAPES)]
+    param_names = ["func", "shape"]
+
+    def setup(self, func, shape):
+        import fastnorm
+        shape = tuple(int(s) for s in shape.strip("()").split(","))
+        if func == "batch_norm" and shape[0] < 2:
+            raise NotImplementedError("training needs two values a channel")
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        f = getattr(fastnorm, func)
+        self.fn = lambda: f(x, return_stats=True)
+        self.threads = fastnorm.get_num_threads()
+        fastnorm.set_num_threads(1)
+        self.fn()
+
+    def teardown(self, func, shape):
+        import fastnorm
+        fastnorm.set_num_threads(self.threads)
+
+    def time_call(self, func, shape):
+        self.fn()
 
 
 # python -m fastnorm's small calls (fastnorm._small_calls), by label and

@@ -242,16 +242,46 @@ cdef int explaining_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple red
     return 0
 
 
+cdef object stat_result(cnp.ndarray s, int t):
+    """A statistic the kernel wrote (float64) as the general path delivers
+    it for an x of type t: itself for float64, else float32, each value
+    rounded once (NumPy's astype)."""
+    cdef cnp.ndarray r
+    cdef const double* sp
+    cdef float* rp
+    cdef Py_ssize_t i
+    if t == cnp.NPY_DOUBLE:
+        return s
+    r = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(s), cnp.PyArray_DIMS(s), cnp.NPY_FLOAT, 0)
+    sp = <const double*>cnp.PyArray_DATA(s)
+    rp = <float*>cnp.PyArray_DATA(r)
+    for i in range(cnp.PyArray_SIZE(s)):
+        rp[i] = <float>sp[i]
+    return r
+
+
+cdef inline bint stats_wanted(object return_stats, object out, bint* want):
+    """return_stats as the fast path takes it: False, or True with no out=
+    (the statistics into out= arrays are the general path's)."""
+    if return_stats is False:
+        want[0] = False
+        return True
+    want[0] = True
+    return return_stats is True and out is None
+
+
 def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
     """layer_norm (mode center) or rms_norm (rms, beta None) over the last
-    axis, y alone (dtype None, return_stats False), or None (the contract
-    above)."""
-    cdef cnp.ndarray xa, y
-    cdef int ndim, threads
+    axis with dtype None: y, or with return_stats (and no out=) y and the
+    statistics, (y, mean, rstd) or (y, rstd) as the general path gives
+    them; or None (the contract above)."""
+    cdef cnp.ndarray xa, y, s0 = None, s1 = None
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef int ndim, threads, t
     cdef double e
     cdef cnp.npy_intp n
-    cdef bint fresh = out is None
-    if dtype is not None or return_stats is not False:
+    cdef bint fresh = out is None, stats
+    if dtype is not None or not stats_wanted(return_stats, out, &stats):
         return None
     if not behaved_float(x) or not eps_value(eps, &e):
         return None
@@ -275,10 +305,21 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
         y = <cnp.ndarray>out
     else:
         return None
+    if stats:
+        # (mean, rstd) or (mean of squares, rstd), float64 in keepdims layout
+        memcpy(dims, cnp.PyArray_DIMS(xa), ndim * sizeof(cnp.npy_intp))
+        dims[ndim - 1] = 1
+        s0 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+        s1 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
     threads = threads_for(cnp.PyArray_SIZE(xa))
-    explaining_forward(xa, y, g, b, None, None, None, LAST_AXIS[ndim], mode, threads, fresh)
-    run_forward(xa, y, g, b, None, None, None, LAST_AXIS[ndim], mode, e, threads, fresh)
-    return y
+    explaining_forward(xa, y, g, b, s0, s1, None, LAST_AXIS[ndim], mode, threads, fresh)
+    run_forward(xa, y, g, b, s0, s1, None, LAST_AXIS[ndim], mode, e, threads, fresh)
+    if not stats:
+        return y
+    t = cnp.PyArray_TYPE(xa)
+    if mode == MODE_RMS:
+        return y, stat_result(s1, t)
+    return y, stat_result(s0, t), stat_result(s1, t)
 
 
 cdef bint result_array(object o, int ndim, const cnp.npy_intp* dims, int t):
@@ -439,18 +480,19 @@ cdef void rstd_of_var(double* v, Py_ssize_t n, double eps) noexcept nogil:
 
 def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps,
                     axis, out, dtype, return_stats):
-    """batch_norm over every axis but 1 (axis None, or those axes spelled out), y
-    alone (dtype None, return_stats False), training (with more than one
-    value a channel and a finite float momentum) or eval, or None."""
+    """batch_norm over every axis but 1 (axis None, or those axes spelled
+    out) with dtype None, training (with more than one value a channel and
+    a finite float momentum) or eval: y, or with return_stats (and no out=)
+    (y, mean, rstd) as the general path gives them; or None."""
     cdef cnp.ndarray xa, y, s0, s1, s2 = None, rm, rv
     cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef int ndim, i, threads
+    cdef int ndim, i, threads, t
     cdef cnp.npy_intp c, n
     cdef double e, mom = 0.0
     global _update_running
-    cdef bint fresh = out is None, train
+    cdef bint fresh = out is None, train, stats
     cdef tuple keep
-    if dtype is not None or return_stats is not False:
+    if dtype is not None or not stats_wanted(return_stats, out, &stats):
         return None
     if not behaved_float(x) or not eps_value(eps, &e) or type(training) is not bool:
         return None
@@ -504,6 +546,9 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
             if _update_running is None:
                 from fastnorm._running import update_running as _update_running
             _update_running(running_mean.reshape(keep), running_var.reshape(keep), s0, s2, mom, n)
+        if stats:
+            t = cnp.PyArray_TYPE(xa)
+            return y, stat_result(s0, t), stat_result(s1, t)
         return y
     # eval: a copy of the running mean (never a view: it is also the mean
     # the call uses, which must not change when the caller's array does) and
@@ -513,6 +558,9 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     rstd_of_var(<double*>cnp.PyArray_DATA(rv), c, e)
     explaining_forward(xa, y, g, b, rm, rv, None, BUT_AXIS_1[ndim], MODE_GIVEN, threads, fresh)
     run_forward(xa, y, g, b, rm, rv, None, BUT_AXIS_1[ndim], MODE_GIVEN, e, threads, fresh)
+    if stats:
+        t = cnp.PyArray_TYPE(xa)
+        return y, stat_result(rm, t), stat_result(rv, t)
     return y
 
 

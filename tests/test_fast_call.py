@@ -499,17 +499,53 @@ def test_fast_path_leaves_other_outs_to_the_general_path(what, x, gamma, out):
             fastnorm.layer_norm(x, gamma, out=out)
 
 
-def test_fast_path_does_not_take_out_dtype_or_stats():
-    # layer_norm and rms_norm ask the fast path only for y alone in x's
-    # dtype: these calls must still do what they say.
+def test_fast_path_leaves_dtype_and_statistics_into_out_to_the_general_path():
+    # layer_norm and rms_norm ask the fast path for y in x's dtype, with
+    # return_stats its statistics too, but not into out= arrays: these calls
+    # must still do what they say.
     y = np.full_like(X, np.nan)
     assert fastnorm.layer_norm(X, out=y) is y
     assert_close(y, ref_layer_norm(X, (1,))[0], 4e-5, "out=")
     assert fastnorm.layer_norm(X, dtype=np.float64).dtype == np.float64
+    assert_route(LEFT, fastnorm.layer_norm, X, dtype=np.float64)
     y, mean, rstd = fastnorm.layer_norm(X, return_stats=True)
     assert mean.shape == (4, 1) and rstd.shape == (4, 1)
+    assert_route(TAKEN, fastnorm.layer_norm, X, return_stats=True)
     y, rstd = fastnorm.rms_norm(X, return_stats=True)
     assert rstd.shape == (4, 1)
+    outs = (np.empty_like(X), np.empty((4, 1), np.float32), None)
+    assert_route(LEFT, fastnorm.layer_norm, X, return_stats=True, out=outs)
+    got = fastnorm.layer_norm(X, return_stats=True, out=outs)
+    assert got[0] is outs[0] and got[1] is outs[1]
+    assert_bitwise(got[1], mean, "mean into out=")
+    assert_route(LEFT, fastnorm.rms_norm, X, return_stats=1)    # not a bool: the general path
+
+
+@given(fast_calls())
+def test_fast_statistics_are_the_general_paths(call):
+    # With return_stats the fast path gives y and the statistics, in their
+    # dtype (float32 for float16 and float32 x) and keepdims shape, bit for
+    # bit as the general path does.
+    x, axis, gamma, beta, eps = call
+    for func, args in ((fastnorm.layer_norm, (x, gamma, beta)), (fastnorm.rms_norm, (x, gamma))):
+        assert_route(TAKEN, func, *args, axis=axis, eps=eps, return_stats=True)
+        got = func(*args, axis=axis, eps=eps, return_stats=True)
+        want = fastpath.general(func, *args, axis=axis, eps=eps, return_stats=True)
+        assert len(got) == len(want) == (3 if func is fastnorm.layer_norm else 2)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            assert_bitwise(g, w, func.__name__)
+        rstd = got[-1].astype(np.float64)
+        xd = x.astype(np.float64)
+        if func is fastnorm.layer_norm:
+            var = xd.var(axis=-1, keepdims=True)
+            assert_close(got[1], xd.mean(axis=-1, keepdims=True),
+                         1e-6 * (1 + np.abs(xd).max(axis=-1, keepdims=True)), "mean")
+        else:
+            var = (xd * xd).mean(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore"):      # a constant slice with eps 0: inf
+            want_rstd = 1 / np.sqrt(var + eps)
+        assert_close(rstd, want_rstd, 1e-5 * want_rstd, "rstd")
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
@@ -1024,6 +1060,36 @@ def _bn_call(a, explain=False):
     return (fastnorm.explain if explain else lambda f, *args, **kw: f(*args, **kw))(
         fastnorm.batch_norm, a["x"], a["gamma"], a["beta"], a["rm"], a["rv"],
         training=a["training"], momentum=a["momentum"], eps=a["eps"], axis=a["axis"], out=a["out"])
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mode", ["training", "training, running statistics", "eval"])
+def test_fast_batch_norm_statistics_are_the_general_paths(dtype, mode):
+    # With return_stats: y, mean and rstd in keepdims layout, and the
+    # running statistics updated, bit for bit as the general path does.
+    x = BN_X.astype(dtype)
+    results = []
+    for path in ("fast", "general"):
+        rm, rv = (None, None) if mode == "training" else (BN_RM + 0.5, BN_RV * 2)
+        args = (x, BN_G, BN_G[::-1].copy(), rm, rv)
+        kw = dict(training=mode != "eval", return_stats=True)
+        if path == "fast":
+            assert_route(TAKEN, fastnorm.batch_norm, *args, **kw)
+            got = fastnorm.batch_norm(*args, **kw)
+        else:
+            got = fastpath.general(fastnorm.batch_norm, *args, **kw)
+        results.append((got, rm, rv))
+    (got, rm, rv), (want, want_rm, want_rv) = results
+    assert len(got) == 3 and got[1].shape == got[2].shape == (1, 4, 1)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        assert_bitwise(g, w, "batch_norm")
+    if rm is not None:
+        assert_bitwise(rm, want_rm, "running_mean")
+        assert_bitwise(rv, want_rv, "running_var")
+    if mode != "eval":
+        xd = x.astype(np.float64)
+        assert_close(got[1], xd.mean(axis=(0, 2), keepdims=True), 1e-6, "mean")
+
 
 @pytest.mark.parametrize("what, change", BN_GENERAL, ids=[c[0] for c in BN_GENERAL])
 def test_other_batch_norm_calls_take_the_general_path(what, change, monkeypatch):
