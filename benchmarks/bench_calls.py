@@ -41,7 +41,26 @@ class SmallCall:
         _call(self.func, self.x, self.out)
 
 
-class ReturnStats:
+class _OneCall:
+    """A call made by self.fn (set by setup through _start), timed on one
+    thread; the thread count is restored afterwards."""
+
+    def _start(self, fn):
+        import fastnorm
+        self.fn = fn
+        self.threads = fastnorm.get_num_threads()
+        fastnorm.set_num_threads(1)
+        fn()
+
+    def teardown(self, *params):
+        import fastnorm
+        fastnorm.set_num_threads(self.threads)
+
+    def time_call(self, *params):
+        self.fn()
+
+
+class ReturnStats(_OneCall):
     """A small float32 call that returns its statistics too (a training
     step's forward, for the gradient), allocating, on one thread."""
     params = [["layer_norm", "rms_norm", "batch_norm"], list(SMALL_SHAPES)]
@@ -54,17 +73,7 @@ class ReturnStats:
             raise NotImplementedError("training needs two values a channel")
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         f = getattr(fastnorm, func)
-        self.fn = lambda: f(x, return_stats=True)
-        self.threads = fastnorm.get_num_threads()
-        fastnorm.set_num_threads(1)
-        self.fn()
-
-    def teardown(self, func, shape):
-        import fastnorm
-        fastnorm.set_num_threads(self.threads)
-
-    def time_call(self, func, shape):
-        self.fn()
+        self._start(lambda: f(x, return_stats=True))
 
 
 # python -m fastnorm's small calls (fastnorm._small_calls), by label and
@@ -75,7 +84,7 @@ SPELLINGS = ("axis=-1", "axis=1", "axis=(1,)", "axis=0", "default axis", "axis=(
              "eps=1e-5", "out=")
 
 
-class Spelling:
+class Spelling(_OneCall):
     """One small float32 call on one thread, spelled one way: every
     spelling of a call should cost the same (python -m fastnorm's small
     calls, which set the targets)."""
@@ -83,7 +92,6 @@ class Spelling:
     param_names = ["call", "spelling"]
 
     def setup(self, call, spelling):
-        import fastnorm
         try:
             from fastnorm import _small_calls
         except ImportError:
@@ -92,17 +100,7 @@ class Spelling:
         if not found or spelling not in dict(found[0].spellings):
             raise NotImplementedError(f"{call} is not spelled {spelling}")
         x = np.random.default_rng(0).standard_normal(found[0].shape).astype(np.float32)
-        self.fn = _small_calls.callables(found[0], x)[spelling]
-        self.threads = fastnorm.get_num_threads()
-        fastnorm.set_num_threads(1)
-        self.fn()
-
-    def teardown(self, call, spelling):
-        import fastnorm
-        fastnorm.set_num_threads(self.threads)
-
-    def time_call(self, call, spelling):
-        self.fn()
+        self._start(_small_calls.callables(found[0], x)[spelling])
 
 
 class Where:
