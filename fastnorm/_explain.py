@@ -73,19 +73,19 @@ def explain(func, *args, **kwargs):
         but for a forward call on the columns pattern's ``tiles`` schedule
         (not gradients, not ``where=``), where it gives the plan derived
         from the shape and the caches (of the call's first piece, where it
-        goes in pieces): ``tile_columns`` (columns a thread's tile holds) and
-        ``tiles``, the statistics' ``row_blocks`` of ``rows_per_block``
+        goes in pieces): ``tile_columns`` (columns a thread's tile
+        holds) and ``tiles``, the statistics' ``row_blocks`` of ``rows_per_block``
         rows (a function of the shape and the machine alone, so results
         do not depend on the thread count), ``sweep_rows`` (rows swept
         down each strip of columns while they stay in L2) and
         ``fetch_ahead``: what each sweep prefetches, "sweeps" (the next
         sweep's rows, for data larger than the caches), "heads" (only the
         first bytes of each next row, where rows lie a multiple of 4 KiB
-        apart and would evict each other from L1) or "none" (in cache).  A call with nothing
-        to compute (an empty input) gives ``pattern`` None.  ``machine``
-        is what the tuning was derived from (``l1d``, ``l2``, ``l3`` in
-        bytes, ``cores``, ``source``) and ``tuning`` the values derived
-        (as ``show_config`` prints them).
+        apart and would evict each other from L1) or "none" (in cache).
+        A call with nothing to compute (an empty input) gives ``pattern``
+        None.  ``machine`` is what the tuning was derived from (``l1d``,
+        ``l2``, ``l3`` in bytes, ``cores``, ``source``) and ``tuning`` the
+        values derived (as ``show_config`` prints them).
 
     Raises
     ------

@@ -338,16 +338,16 @@ static inline fn_vd fn_lane_mask(ptrdiff_t lo, ptrdiff_t hi)
  * as a scalar lo < a && a < hi is). */
 static inline int fn_all_between(fn_vd a, double lo, double hi)
 {
-#if defined(__AVX512F__)
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__AVX512F__)
     __m512d v = (__m512d)a;
     return (_mm512_cmp_pd_mask(v, _mm512_set1_pd(lo), _CMP_GT_OQ)
             & _mm512_cmp_pd_mask(v, _mm512_set1_pd(hi), _CMP_LT_OQ)) == 0xFF;
-#elif defined(__AVX__)
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__AVX__)
     __m256d v = (__m256d)a;
     return _mm256_movemask_pd(_mm256_and_pd(_mm256_cmp_pd(v, _mm256_set1_pd(lo), _CMP_GT_OQ),
                                             _mm256_cmp_pd(v, _mm256_set1_pd(hi), _CMP_LT_OQ)))
            == 0xF;
-#elif defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
     __m128d v = (__m128d)a;
     return _mm_movemask_pd(_mm_and_pd(_mm_cmpgt_pd(v, _mm_set1_pd(lo)),
                                       _mm_cmplt_pd(v, _mm_set1_pd(hi)))) == 0x3;
@@ -442,7 +442,7 @@ static inline fn_vd fn_hsum_rows(const fn_vd *v)
     __m256d h23 = _mm256_hadd_pd((__m256d)v[2], (__m256d)v[3]);
     return (fn_vd)_mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
                                 _mm256_permute2f128_pd(h01, h23, 0x31));
-#elif defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
     return (fn_vd)_mm_add_pd(_mm_unpacklo_pd((__m128d)v[0], (__m128d)v[1]),
                              _mm_unpackhi_pd((__m128d)v[0], (__m128d)v[1]));
 #else
