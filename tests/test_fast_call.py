@@ -1,13 +1,13 @@
 """The fast path for small calls: layer_norm and rms_norm over the last axis
 and their gradients, mean_var over any axes, and batch_norm over every axis
-but 1, y alone.
+but 1: y, and with return_stats (no out=) the statistics too.
 
 The fast path's entries (fastnorm._simd.kernels.fast_norm, fast_mean_var,
 fast_norm_backward, fast_batch_norm; tests/fastpath.py calls them with the
 general path's defaults) make the kernel call after the few checks the
 common case needs, and return None for anything else.  They must give the
-general path's bits (reached with the axes as a tuple, which the fast path
-never takes, or with the entry replaced by one that returns None), values
+general path's bits (reached with the entry replaced by one that returns
+None: tests/fastpath.py's general_path), values
 that match the plain float64 references, the same running statistics, and
 leave every other call to the general path, whose conversions and errors
 then apply.  fastnorm.explain says which calls take it: ``fast_path`` is
