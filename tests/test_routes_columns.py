@@ -454,8 +454,10 @@ def test_columns_float32_pass_hands_extreme_tiles_to_float64(column, simd_level)
 
 
 @pytest.mark.parametrize("column", [2, 13, 19])
-def test_columns_float32_pass_hands_an_extreme_gain_to_float64(column, simd_level):
-    # A gain that float32 coefficients cannot hold times the scale.
+def test_columns_an_extreme_gain_among_the_vectors_of_columns(column, simd_level):
+    # A gain of 3e37 times the scale: past the float32 pass's room to spare
+    # (1e30), so its tile goes the float64 way; float32 would still hold
+    # these values, so what this holds is the result, not the way taken.
     rng = np.random.default_rng(12)
     x = rng.standard_normal((64, 20)).astype(F32)
     g = np.ones(20, F32)
