@@ -1147,6 +1147,8 @@ cdef int run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
         if in_t is float and out_t is float:
             if L.red[L.n_red - 1].stride[OP_G] == sizeof(double) and g.n_param <= G32_MAX:
                 g.g32 = gamma_f32(g, &g.g32_max)
+        # A team of one too: a plain loop would be a second compiled copy of
+        # the arithmetic, whose FMA contractions differ (bits by thread count).
         for i in prange(g.n_blocks, num_threads=nthreads, schedule="runtime"):
             slice_block(g, i, ki, ko)
     if not g.slice_param:

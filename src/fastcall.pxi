@@ -247,17 +247,13 @@ cdef object stat_result(cnp.ndarray s, int t):
     it for an x of type t: itself for float64, else float32, each value
     rounded once (NumPy's astype)."""
     cdef cnp.ndarray r
-    cdef const double* sp
-    cdef float* rp
-    cdef Py_ssize_t i
     if t == cnp.NPY_DOUBLE:
         return s
     r = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(s), cnp.PyArray_DIMS(s), cnp.NPY_FLOAT, 0)
-    sp = <const double*>cnp.PyArray_DATA(s)
-    rp = <float*>cnp.PyArray_DATA(r)
-    for i in range(cnp.PyArray_SIZE(s)):
-        rp[i] = <float>sp[i]
-    return r
+    if narrow(<const double*>cnp.PyArray_DATA(s), cnp.PyArray_SIZE(s),
+              <char*>cnp.PyArray_DATA(r), sizeof(float)):
+        return r
+    return cnp.PyArray_Cast(s, cnp.NPY_FLOAT)      # which warns of the overflow
 
 
 cdef inline bint stats_wanted(object return_stats, object out, bint* want):
@@ -564,25 +560,73 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     return y
 
 
-cdef object stat_f64(object a, tuple keep, int ndim):
-    """A statistic from the forward as the gradient kernels read it
-    (C-contiguous float64 in keepdims layout), or None: a float ndarray of
-    the keepdims shape or the kept one."""
+cdef object stat_f64(object a, cnp.ndarray x):
+    """A statistic from the forward over the last axis of x as the gradient
+    kernels read it (C-contiguous float64 in keepdims layout), or None: a
+    float ndarray of the keepdims shape or the kept one."""
     cdef cnp.ndarray s
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef int i, ndim = cnp.PyArray_NDIM(x), sdim
     if type(a) is not cnp.ndarray:
         return None
     s = <cnp.ndarray>a
     if cnp.PyArray_TYPE(s) not in (cnp.NPY_FLOAT16, cnp.NPY_FLOAT, cnp.NPY_DOUBLE):
         return None
-    shape = (<object>s).shape
-    if shape != keep:
-        if shape != keep[:ndim - 1]:
+    sdim = cnp.PyArray_NDIM(s)
+    if not (sdim == ndim and cnp.PyArray_DIM(s, ndim - 1) == 1) and sdim != ndim - 1:
+        return None
+    for i in range(ndim - 1):
+        if cnp.PyArray_DIM(s, i) != cnp.PyArray_DIM(x, i):
             return None
-        s = s.reshape(keep)
+        dims[i] = cnp.PyArray_DIM(x, i)
+    dims[ndim - 1] = 1
     if (cnp.PyArray_TYPE(s) == cnp.NPY_DOUBLE and cnp.PyArray_IS_C_CONTIGUOUS(s)
             and cnp.PyArray_ISALIGNED(s) and cnp.PyArray_ISNOTSWAPPED(s)):
+        if sdim == ndim:
+            return s
+        return cnp.PyArray_Reshape(s, dims_tuple(ndim, dims))
+    s = as_float64(s)
+    if sdim == ndim:
         return s
-    return as_float64(s)
+    return cnp.PyArray_Reshape(s, dims_tuple(ndim, dims))
+
+
+cdef inline bint param_out(object p, int t, cnp.npy_intp n):
+    """Whether p takes a parameter gradient of type t and n values: None, or
+    a writable 1-d ndarray of t in native byte order (any stride)."""
+    cdef cnp.ndarray a
+    if p is None:
+        return True
+    if type(p) is not cnp.ndarray:
+        return False
+    a = <cnp.ndarray>p
+    return (cnp.PyArray_TYPE(a) == t and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_NDIM(a) == 1
+            and cnp.PyArray_DIM(a, 0) == n and cnp.PyArray_ISWRITEABLE(a))
+
+
+cdef object param_result(cnp.ndarray grad, int t, object p):
+    """A parameter gradient the kernel wrote (float64, n values) as the
+    general path delivers it: in type t, each value rounded once (NumPy's
+    astype), or copied into p (np.copyto), with NumPy's warnings."""
+    cdef cnp.ndarray a
+    cdef const double* v = <const double*>cnp.PyArray_DATA(grad)
+    cdef Py_ssize_t i, n = cnp.PyArray_SIZE(grad), stride
+    if p is not None:
+        a = <cnp.ndarray>p
+        stride = cnp.PyArray_STRIDE(a, 0)
+        if not cnp.PyArray_ISALIGNED(a) or t == cnp.NPY_FLOAT16:
+            cnp.PyArray_CopyInto(a, grad)
+        elif t == cnp.NPY_DOUBLE:
+            for i in range(n):
+                (<double*>(<char*>cnp.PyArray_DATA(a) + i * stride))[0] = v[i]
+        elif not narrow(v, n, <char*>cnp.PyArray_DATA(a), stride):
+            cnp.PyArray_CopyInto(a, grad)
+        return p
+    if t == cnp.NPY_DOUBLE:
+        return grad
+    if t == cnp.NPY_FLOAT:
+        return stat_result(grad, t)
+    return cnp.PyArray_Cast(grad, t)
 
 
 def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out):
@@ -595,27 +639,29 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
     gradients writable and of their exact shape and dtype)."""
     cdef cnp.ndarray xa, dya, dx, g, dg, db, m, r, o
     cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef int ndim, i, threads
+    cdef int ndim, i, threads, pt
     cdef cnp.npy_intp n
-    cdef tuple keep, outs
+    cdef tuple outs
     cdef bint fresh
-    cdef list grads
+    cdef double* gp
     if not (behaved_float(x) and behaved_float(dy)):
         return None
     xa = <cnp.ndarray>x
     dya = <cnp.ndarray>dy
     ndim = cnp.PyArray_NDIM(xa)
     if (ndim == 0 or not last_axis(axis, ndim) or cnp.PyArray_TYPE(dya) != cnp.PyArray_TYPE(xa)
-            or (<object>dya).shape != (<object>xa).shape or cnp.PyArray_SIZE(xa) == 0):
+            or cnp.PyArray_NDIM(dya) != ndim or cnp.PyArray_SIZE(xa) == 0):
         return None
+    for i in range(ndim):
+        if cnp.PyArray_DIM(dya, i) != cnp.PyArray_DIM(xa, i):
+            return None
     n = cnp.PyArray_DIM(xa, ndim - 1)
-    keep = (<object>xa).shape[:ndim - 1] + (1,)
-    r = stat_f64(rstd, keep, ndim)
+    r = stat_f64(rstd, xa)
     if r is None:
         return None
     m = None
     if mode == GRAD_CENTER:
-        m = stat_f64(mean, keep, ndim)
+        m = stat_f64(mean, xa)
         if m is None:
             return None
     for i in range(ndim):
@@ -623,14 +669,16 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
     dims[ndim - 1] = n
     if gamma is None:
         g = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
-        g.fill(1.0)
-        pdt = np.float64 if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else np.float32
+        gp = <double*>cnp.PyArray_DATA(g)
+        for i in range(n):
+            gp[i] = 1.0
+        pt = cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
     else:
         gv = vector_param(gamma, n, ndim)
         if gv is None or gv is False:
             return None
         g = gv
-        pdt = (<cnp.ndarray>gamma).dtype
+        pt = cnp.PyArray_TYPE(<cnp.ndarray>gamma)
     outs = (None,) * n_out if out is None else out if type(out) is tuple else None
     if outs is None or len(outs) != n_out:
         return None
@@ -644,13 +692,12 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
         for o in (dya, xa, r) if m is None else (dya, xa, r, m):
             if overlap(dx, o):
                 return None
-    for p in outs[1:]:
-        if p is not None and not (type(p) is cnp.ndarray and (<cnp.ndarray>p).dtype == pdt
-                                  and (<object>p).shape == (n,)
-                                  and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>p)):
+    for i in range(1, n_out):
+        if not param_out(outs[i], pt, n):
             return None
-    dg = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
-    db = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    # The kernel reads the parameter gradients' buffers alone: flat here.
+    dg = cnp.PyArray_EMPTY(1, &n, cnp.NPY_DOUBLE, 0)
+    db = cnp.PyArray_EMPTY(1, &n, cnp.NPY_DOUBLE, 0)
     if m is None:
         m = cnp.PyArray_ZEROS(ndim, <cnp.npy_intp*>cnp.PyArray_DIMS(r), cnp.NPY_DOUBLE, 0)
     threads = threads_for(cnp.PyArray_SIZE(xa))
@@ -659,12 +706,8 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
                                  fresh)
         route["fast_path"] = True
         raise _explain._Route(route)
-    backward(dya, xa, dx, g, m, r, dg, db, LAST_AXIS[ndim], mode, threads, fresh)
-    grads = [dx]
-    for grad, p in zip((dg, db)[:n_out - 1], outs[1:]):
-        if p is None:
-            grads.append(grad.reshape(n).astype(pdt, copy=False))
-        else:
-            np.copyto(p, grad.reshape(n))
-            grads.append(p)
-    return tuple(grads)
+    run_backward(dya, xa, dx, g, m, r, dg, db, LAST_AXIS[ndim], mode, threads, fresh,
+                 PHASE_BOTH, None, None, 0.0)
+    if n_out == 2:
+        return dx, param_result(dg, pt, outs[1])
+    return dx, param_result(dg, pt, outs[1]), param_result(db, pt, outs[2])

@@ -9,7 +9,7 @@
 
 from cython.parallel cimport parallel, prange
 from libc.string cimport memcpy
-from libc.math cimport sqrt, fabs, NAN
+from libc.math cimport sqrt, fabs, isfinite, NAN
 from libc.float cimport DBL_MAX
 cimport numpy as cnp
 import numpy as np

@@ -110,13 +110,41 @@ cdef class _KeptBlock:
         fn_free(self.data)
 
 
+cdef bint narrow(const double* v, Py_ssize_t n, char* out, Py_ssize_t stride) noexcept nogil:
+    """out[i] = v[i] as float32 (out's byte stride), each value rounded once
+    as NumPy's cast rounds it; false where a finite value overflowed, which
+    NumPy's cast reports with a warning."""
+    cdef Py_ssize_t i
+    cdef float f
+    cdef bint ok = True
+    for i in range(n):
+        f = <float>v[i]
+        (<float*>(out + i * stride))[0] = f
+        ok = ok and (isfinite(f) or not isfinite(v[i]))
+    return ok
+
+
 def as_float64(cnp.ndarray a):
     """a (any real dtype and strides) as a new C-contiguous float64 array
     of its shape.  Large ones live in the kept scratch blocks: NumPy's
     astype gets fresh pages from the C library for each, and their faults
-    cost more than the conversion."""
+    cost more than the conversion.  Contiguous floats are widened here: a
+    small call would pay more for NumPy's cast set-up than for the values."""
     cdef cnp.ndarray out = empty_f64(a.ndim, cnp.PyArray_DIMS(a))
-    cnp.PyArray_CopyInto(out, a)
+    cdef int t = cnp.PyArray_TYPE(a)
+    cdef const char* p = <const char*>cnp.PyArray_DATA(a)
+    cdef double* o = <double*>cnp.PyArray_DATA(out)
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
+            and cnp.PyArray_ISNOTSWAPPED(a)):
+        cnp.PyArray_CopyInto(out, a)
+    elif t == cnp.NPY_DOUBLE:
+        widen(p, sizeof(double), cnp.PyArray_SIZE(a), o, <double*>NULL)
+    elif t == cnp.NPY_FLOAT:
+        widen(p, sizeof(float), cnp.PyArray_SIZE(a), o, <float*>NULL)
+    elif t == cnp.NPY_FLOAT16:
+        widen(p, sizeof(half_t), cnp.PyArray_SIZE(a), o, <half_t*>NULL)
+    else:
+        cnp.PyArray_CopyInto(out, a)
     return out
 
 

@@ -548,6 +548,54 @@ def test_fast_statistics_are_the_general_paths(call):
         assert_close(rstd, want_rstd, 1e-5 * want_rstd, "rstd")
 
 
+def _with_warnings(func, *args, **kwargs):
+    """func's result and the messages of the warnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = func(*args, **kwargs)
+    return result, [str(w.message) for w in caught]
+
+
+_CONSTANT = np.ones((3, 8), np.float32)
+_BIG_DY = np.full((4, 8), 3e38, np.float32)
+_SOME_X = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
+_, _SOME_MEAN, _SOME_RSTD = fastnorm.layer_norm(_SOME_X, return_stats=True)
+
+# Calls whose float32 results overflow where the float64 ones are finite:
+# rstd of a constant slice (of zeros for rms_norm) with eps 1e-80 (1e40),
+# the gradient of beta summed over rows of 3e38.  (name, call, its arguments with out= arrays).
+_OVERFLOWS = [
+    ("layer_norm statistics", fastnorm.layer_norm,
+     lambda: dict(x=_CONSTANT, eps=1e-80, return_stats=True)),
+    ("rms_norm statistics", fastnorm.rms_norm,
+     lambda: dict(x=_CONSTANT - 1, eps=1e-80, return_stats=True)),
+    ("batch_norm statistics", fastnorm.batch_norm,
+     lambda: dict(x=_CONSTANT, eps=1e-80, return_stats=True)),
+    ("layer_norm_backward", fastnorm.layer_norm_backward,
+     lambda: dict(dy=_BIG_DY, x=_SOME_X, mean=_SOME_MEAN, rstd=_SOME_RSTD,
+                  gamma=np.ones(8, np.float32))),
+    ("layer_norm_backward without gamma", fastnorm.layer_norm_backward,
+     lambda: dict(dy=_BIG_DY, x=_SOME_X, mean=_SOME_MEAN, rstd=_SOME_RSTD)),
+    ("layer_norm_backward into out=", fastnorm.layer_norm_backward,
+     lambda: dict(dy=_BIG_DY, x=_SOME_X, mean=_SOME_MEAN, rstd=_SOME_RSTD,
+                  gamma=np.ones(8, np.float32),
+                  out=(None, np.zeros(8, np.float32), np.zeros(16, np.float32)[::2]))),
+]
+
+
+@pytest.mark.parametrize("what, func, arguments", _OVERFLOWS, ids=[c[0] for c in _OVERFLOWS])
+def test_fast_path_warns_as_the_general_path_where_float32_overflows(what, func, arguments):
+    assert fastnorm.explain(func, **arguments())["fast_path"]
+    got, said = _with_warnings(func, **arguments())
+    want, general_said = _with_warnings(fastpath.general, func, **arguments())
+    assert said == general_said
+    assert any("overflow" in m for m in said), "the float32 result overflowed unannounced"
+    assert any(np.isinf(g).any() for g in got)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert_bitwise(g, w, what)
+
+
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_fast_rows_in_c_keep_x_layout_and_bound(order, dtype):
@@ -626,7 +674,7 @@ def fast_gradients(draw):
     if draw(st.booleans()):
         stats = tuple(s.astype(np.float64) for s in stats)
     n_out = 3 if mode == "center" else 2
-    out = draw(st.sampled_from([None, "all", "dx", "grads"]))
+    out = draw(st.sampled_from([None, "all", "dx", "grads", "strided grads"]))
     axis = draw(st.sampled_from([-1, ndim - 1]))
     return dict(dy=dy, x=x, stats=stats, gamma=gamma, mode=mode, n_out=n_out, out=out,
                 axis=axis)
@@ -639,7 +687,9 @@ def _outs(call):
     x, gamma, n_out = call["x"], call["gamma"], call["n_out"]
     pdt = gamma.dtype if gamma is not None else (F64 if x.dtype == F64 else np.float32)
     dx = np.full_like(x, 7) if call["out"] in ("all", "dx") else None
-    grads = [np.full(x.shape[-1], 7, pdt) if call["out"] in ("all", "grads") else None
+    n = x.shape[-1]
+    grads = [np.full(n, 7, pdt) if call["out"] in ("all", "grads")
+             else np.full(2 * n, 7, pdt)[::-2] if call["out"] == "strided grads" else None
              for _ in range(n_out - 1)]
     return (dx, *grads)
 
@@ -764,6 +814,7 @@ GRAD_GENERAL = [
     ("out=dy (in place)", lambda: _grad_in_place("dy")),
     ("dx= a view of x", lambda: _grad_in_place("x")),
     ("out= a bare array", lambda: dict(out=np.empty_like(GRAD_X))),
+    ("a byte-swapped dgamma=", lambda: dict(out=(None, np.empty(10, ">f4"), None))),
     ("a dx= whose elements share addresses",
      lambda: dict(out=(_grad_self_overlapping(), None, None))),
 ]
