@@ -1,8 +1,8 @@
 """asv benchmarks for ways of calling: small calls allocating their output
 or writing into ``out=`` (the fast path's cost beside the kernel's), with
-their statistics (``return_stats``), the same small call spelled the ways
-users write it, and where= / masked arrays beside the unmasked call on the
-same data."""
+their statistics (``return_stats``), small gradients, the same small call
+spelled the ways users write it, and where= / masked arrays beside the
+unmasked call on the same data."""
 import inspect
 import warnings
 
@@ -74,6 +74,26 @@ class ReturnStats(_OneCall):
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         f = getattr(fastnorm, func)
         self._start(lambda: f(x, return_stats=True))
+
+
+class SmallGradient(_OneCall):
+    """A small float32 gradient with a gain, from the forward's float32
+    statistics (a training step's backward), allocating, on one thread."""
+    params = [["layer_norm_backward", "rms_norm_backward"], list(SMALL_SHAPES)]
+    param_names = ["func", "shape"]
+
+    def setup(self, func, shape):
+        import fastnorm
+        shape = tuple(int(s) for s in shape.strip("()").split(","))
+        rng = np.random.default_rng(0)
+        x, dy = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        gamma = rng.uniform(0.5, 2, shape[-1]).astype(np.float32)
+        if func == "layer_norm_backward":
+            _, mean, rstd = fastnorm.layer_norm(x, gamma, return_stats=True)
+            self._start(lambda: fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma))
+        else:
+            _, rstd = fastnorm.rms_norm(x, gamma, return_stats=True)
+            self._start(lambda: fastnorm.rms_norm_backward(dy, x, rstd, gamma))
 
 
 # python -m fastnorm's small calls (fastnorm._small_calls), by label and
