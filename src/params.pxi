@@ -1,7 +1,8 @@
 # Operands in the kernels' form: gains, biases and statistics widened to
 # float64 (large ones in kept scratch blocks, whose pages stay mapped from
-# one call to the next), and batch norm's running statistics updated in one
-# loop that rounds as NumPy's expressions do.
+# one call to the next), float64 results narrowed back, and batch norm's
+# running statistics updated in one loop that rounds as NumPy's expressions
+# do.
 
 cdef void widen(const char* p, Py_ssize_t stride, Py_ssize_t n, double* out,
                 in_t* kind) noexcept nogil:
