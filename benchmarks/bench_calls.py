@@ -1,8 +1,8 @@
 """asv benchmarks for ways of calling: small calls allocating their output
 or writing into ``out=`` (the fast path's cost beside the kernel's), with
-their statistics (``return_stats``), small gradients, the same small call
-spelled the ways users write it, and where= / masked arrays beside the
-unmasked call on the same data."""
+their statistics (``return_stats``), small gradients, over other axes than
+the last, the same small call spelled the ways users write it, and where= /
+masked arrays beside the unmasked call on the same data."""
 import inspect
 import warnings
 
@@ -94,6 +94,27 @@ class SmallGradient(_OneCall):
         else:
             _, rstd = fastnorm.rms_norm(x, gamma, return_stats=True)
             self._start(lambda: fastnorm.rms_norm_backward(dy, x, rstd, gamma))
+
+
+class OtherAxes(_OneCall):
+    """A small float32 layer_norm or rms_norm over axes other than the last
+    alone (the columns, a token's (positions, features) with a gain of
+    that shape, every axis), into out=, on one thread."""
+    params = [["layer_norm", "rms_norm"],
+              ["axis=0 (32, 768)", "axis=(1, 2) (4, 16, 64), gain", "axis=None (1, 256)"]]
+    param_names = ["func", "case"]
+
+    def setup(self, func, case):
+        import fastnorm
+        spelled, shape = case.split(" (", 1)
+        shape = tuple(int(s) for s in shape.split(")")[0].split(","))
+        axis = {"axis=0": 0, "axis=(1, 2)": (1, 2), "axis=None": None}[spelled]
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(shape).astype(np.float32)
+        out = np.empty_like(x)
+        gamma = rng.uniform(0.5, 2, shape[1:]).astype(np.float32) if "gain" in case else None
+        f = getattr(fastnorm, func)
+        self._start(lambda: f(x, gamma, axis=axis, out=out))
 
 
 # python -m fastnorm's small calls (fastnorm._small_calls), by label and

@@ -10,11 +10,11 @@
 #     general path, which also raises every error.
 # It takes only calls that need no conversion of x, no temporary output, no
 # warning and no error: ndarrays themselves (not subclasses) of float16/32/64
-# in native byte order, aligned, with values; the common spellings of the
-# axes; float gains and biases of the normalized or per-channel shape;
-# out= arrays of x's kind that share no memory with what is read.  Where a
-# call is being explained (fastnorm.explain), the route it would take comes
-# back instead, at the point where the kernel would run.
+# in native byte order, aligned, with values; axes spelled as ints or
+# tuples of ints; float gains and biases of the normalized or per-channel
+# shape; out= arrays of x's kind that share no memory with what is read.
+# Where a call is being explained (fastnorm.explain), the route it would
+# take comes back instead, at the point where the kernel would run.
 
 from libc.math cimport sqrt, isfinite
 
@@ -25,8 +25,10 @@ cdef extern from "numpy/arrayobject.h":
 
 # Reduced-axis flags of the last axis, by number of dimensions.
 cdef tuple LAST_AXIS = tuple(tuple(a == n - 1 for a in range(n)) for n in range(MAX_DIMS + 1))
-# ...and of every axis but 1 (batch norm's default), from two dimensions on.
+# ...and of every axis but 1 (batch norm's default), from two dimensions on,
+# along which its gain and bias vary.
 cdef tuple BUT_AXIS_1 = tuple(tuple(a != 1 for a in range(n)) for n in range(MAX_DIMS + 1))
+cdef tuple AXIS_1 = tuple(tuple(a == 1 for a in range(n)) for n in range(MAX_DIMS + 1))
 
 cdef object _team_size = None
 cdef object _update_running = None
@@ -160,57 +162,6 @@ cdef inline bint overlap(cnp.ndarray a, cnp.ndarray b):
     return alo < bhi + cnp.PyArray_ITEMSIZE(b) and blo < ahi + cnp.PyArray_ITEMSIZE(a)
 
 
-cdef object vector_param(object p, cnp.npy_intp n, int ndim):
-    """A gain or bias as the kernels take it: a new float64 array of shape
-    (1, ..., 1, n) with ndim dimensions (which shares memory with nothing
-    the call writes); None for None; False unless p is a 1-d float ndarray
-    of n values (any stride)."""
-    cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef cnp.ndarray a, out
-    cdef int i, t
-    if p is None:
-        return None
-    if type(p) is not cnp.ndarray:
-        return False
-    a = <cnp.ndarray>p
-    t = cnp.PyArray_TYPE(a)
-    if (not (t == cnp.NPY_FLOAT16 or t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE)
-            or not cnp.PyArray_ISNOTSWAPPED(a)
-            or cnp.PyArray_NDIM(a) != 1 or cnp.PyArray_DIM(a, 0) != n):
-        return False
-    for i in range(ndim):
-        dims[i] = 1
-    dims[ndim - 1] = n
-    if not cnp.PyArray_ISALIGNED(a):
-        return as_float64(a).reshape(dims_tuple(ndim, dims))
-    out = empty_f64(ndim, dims)
-    if t == cnp.NPY_FLOAT16:
-        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), n,
-              <double*>cnp.PyArray_DATA(out), <half_t*>NULL)
-    elif t == cnp.NPY_FLOAT:
-        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), n,
-              <double*>cnp.PyArray_DATA(out), <float*>NULL)
-    else:
-        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), n,
-              <double*>cnp.PyArray_DATA(out), <double*>NULL)
-    return out
-
-
-cdef object channel_param(object p, cnp.npy_intp c, int ndim):
-    """A per-channel gain or bias, (C,), as float64 in keepdims layout (1,
-    C, 1, ...): a new array; None for None; False unless a float ndarray of
-    shape (C,)."""
-    cdef object out = vector_param(p, c, 2)
-    cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef int i
-    if out is None or out is False:
-        return out
-    for i in range(ndim):
-        dims[i] = 1
-    dims[1] = c
-    return (<cnp.ndarray>out).reshape(dims_tuple(ndim, dims))
-
-
 cdef bint writable_like(object out, cnp.ndarray x, bint c_only):
     """Whether out is an ndarray of x's dtype and shape that the kernels
     write where it is: writable, aligned, of native byte order and
@@ -267,15 +218,16 @@ cdef inline bint stats_wanted(object return_stats, object out, bint* want):
 
 
 def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
-    """layer_norm (mode center) or rms_norm (rms, beta None) over the last
-    axis with dtype None: y, or with return_stats (and no out=) y and the
-    statistics, (y, mean, rstd) or (y, rstd) as the general path gives
-    them; or None (the contract above)."""
+    """layer_norm (mode center) or rms_norm (rms, beta None) over any axes
+    with dtype None, gain and bias of the normalized shape: y, or with
+    return_stats (and no out=) y and the statistics, (y, mean, rstd) or
+    (y, rstd) as the general path gives them; or None (the contract
+    above)."""
     cdef cnp.ndarray xa, y, s0 = None, s1 = None
     cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef int ndim, threads, t
+    cdef int ndim, threads, t, a
     cdef double e
-    cdef cnp.npy_intp n
+    cdef tuple reduced
     cdef bint fresh = out is None, stats
     if dtype is not None or not stats_wanted(return_stats, out, &stats):
         return None
@@ -283,11 +235,13 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
         return None
     xa = <cnp.ndarray>x
     ndim = cnp.PyArray_NDIM(xa)
-    if ndim == 0 or cnp.PyArray_SIZE(xa) == 0 or not last_axis(axis, ndim):
+    if ndim == 0 or cnp.PyArray_SIZE(xa) == 0:
         return None
-    n = cnp.PyArray_DIM(xa, ndim - 1)
-    g = vector_param(gamma, n, ndim)
-    b = vector_param(beta, n, ndim)
+    reduced = reduced_flags(axis, ndim)
+    if reduced is None or True not in reduced:
+        return None
+    g = param_f64(gamma, reduced, cnp.PyArray_DIMS(xa))
+    b = param_f64(beta, reduced, cnp.PyArray_DIMS(xa))
     if g is False or b is False:
         return None
     if fresh:
@@ -303,13 +257,13 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
         return None
     if stats:
         # (mean, rstd) or (mean of squares, rstd), float64 in keepdims layout
-        memcpy(dims, cnp.PyArray_DIMS(xa), ndim * sizeof(cnp.npy_intp))
-        dims[ndim - 1] = 1
+        for a in range(ndim):
+            dims[a] = 1 if reduced[a] else cnp.PyArray_DIM(xa, a)
         s0 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
         s1 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
     threads = threads_for(cnp.PyArray_SIZE(xa))
-    explaining_forward(xa, y, g, b, s0, s1, None, LAST_AXIS[ndim], mode, threads, fresh)
-    run_forward(xa, y, g, b, s0, s1, None, LAST_AXIS[ndim], mode, e, threads, fresh)
+    explaining_forward(xa, y, g, b, s0, s1, None, reduced, mode, threads, fresh)
+    run_forward(xa, y, g, b, s0, s1, None, reduced, mode, e, threads, fresh)
     if not stats:
         return y
     t = cnp.PyArray_TYPE(xa)
@@ -503,8 +457,8 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
         if not (type(momentum) is float and isfinite(<double>momentum) and n > 1):
             return None
         mom = momentum
-    g = channel_param(gamma, c, ndim)
-    b = channel_param(beta, c, ndim)
+    g = param_f64(gamma, AXIS_1[ndim], cnp.PyArray_DIMS(xa))
+    b = param_f64(beta, AXIS_1[ndim], cnp.PyArray_DIMS(xa))
     if g is False or b is False:
         return None
     if running_mean is None and running_var is None:
@@ -674,7 +628,7 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
             gp[i] = 1.0
         pt = cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
     else:
-        gv = vector_param(gamma, n, ndim)
+        gv = param_f64(gamma, LAST_AXIS[ndim], cnp.PyArray_DIMS(xa))
         if gv is None or gv is False:
             return None
         g = gv

@@ -79,26 +79,60 @@ cpdef bint update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean,
 
 
 def row_f64(cnp.ndarray p, int ndim):
-    """p, an aligned 1-d float16/float32 array of native byte order, as a
-    new float64 array of shape (1, ..., 1, p.size) with ndim dimensions:
-    what the kernels take for the gain or bias of the last axis of an
-    ndim-dimensional x (NumPy's astype and reshape cost a small call more
-    than the conversion)."""
+    """p, an aligned 1-d float16/float32 array of native byte order, as
+    param_f64 gives it for the last axis of an ndim-dimensional x: a new
+    float64 array of shape (1, ..., 1, p.size)."""
     cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef int code = type_code(p), a
-    cdef cnp.ndarray out
-    if p.ndim != 1 or code == 2 or not 1 <= ndim <= MAX_DIMS:
+    cdef int a
+    if p.ndim != 1 or type_code(p) == 2 or not 1 <= ndim <= MAX_DIMS:
         raise ValueError("row_f64 takes a 1-d float16 or float32 array and 1 to 64 dimensions")
     for a in range(ndim):
-        dims[a] = 1
-    dims[ndim - 1] = p.shape[0]
-    out = empty_f64(ndim, dims)
-    if code == 0:
-        widen(<const char*>cnp.PyArray_DATA(p), p.strides[0], p.shape[0],
+        dims[a] = p.shape[0]
+    return param_f64(p, tuple([a == ndim - 1 for a in range(ndim)]), dims)
+
+
+cdef object param_f64(object p, tuple along, const cnp.npy_intp* dims):
+    """A gain or bias that varies along the axes flagged in `along` of an x
+    of dims, as the kernels take it: a new C-contiguous float64 array in
+    keepdims layout (x's sizes along `along`, 1 elsewhere), which shares
+    memory with nothing a call writes.  None for None; False unless p is a
+    float ndarray of native byte order and the named shape (x's sizes
+    along `along`, in order), in any strides.  Widened here: NumPy's astype
+    and reshape cost a small call more than the conversion."""
+    cdef cnp.npy_intp keep[MAX_DIMS]
+    cdef cnp.ndarray a, out
+    cdef int ndim = len(along), i, k = 0, t
+    if p is None:
+        return None
+    if type(p) is not cnp.ndarray:
+        return False
+    a = <cnp.ndarray>p
+    t = cnp.PyArray_TYPE(a)
+    if (not (t == cnp.NPY_FLOAT16 or t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE)
+            or not cnp.PyArray_ISNOTSWAPPED(a)):
+        return False
+    for i in range(ndim):
+        keep[i] = 1
+        if along[i]:
+            if k == cnp.PyArray_NDIM(a) or cnp.PyArray_DIM(a, k) != dims[i]:
+                return False
+            keep[i] = dims[i]
+            k += 1
+    if k != cnp.PyArray_NDIM(a):
+        return False
+    if k != 1 or not cnp.PyArray_ISALIGNED(a):
+        # The named shape's values in C order are the keepdims layout's.
+        return as_float64(a).reshape(tuple([keep[i] for i in range(ndim)]))
+    out = empty_f64(ndim, keep)
+    if t == cnp.NPY_FLOAT16:
+        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), cnp.PyArray_SIZE(a),
               <double*>cnp.PyArray_DATA(out), <half_t*>NULL)
-    else:
-        widen(<const char*>cnp.PyArray_DATA(p), p.strides[0], p.shape[0],
+    elif t == cnp.NPY_FLOAT:
+        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), cnp.PyArray_SIZE(a),
               <double*>cnp.PyArray_DATA(out), <float*>NULL)
+    else:
+        widen(<const char*>cnp.PyArray_DATA(a), cnp.PyArray_STRIDE(a, 0), cnp.PyArray_SIZE(a),
+              <double*>cnp.PyArray_DATA(out), <double*>NULL)
     return out
 
 

@@ -5,7 +5,7 @@ import contextlib
 from fastnorm import _simd
 
 
-def last_axis(x, axis, mode, eps, gamma, beta, out=None):
+def norm_call(x, axis, mode, eps, gamma, beta, out=None):
     k = _simd.kernels
     return k.fast_norm(k.MODES[mode], x, gamma, beta, axis, eps, out, None, False)
 

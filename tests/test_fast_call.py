@@ -1,6 +1,7 @@
-"""The fast path for small calls: layer_norm and rms_norm over the last axis
-and their gradients, mean_var over any axes, and batch_norm over every axis
-but 1: y, and with return_stats (no out=) the statistics too.
+"""The fast path for small calls: layer_norm, rms_norm and mean_var over any
+axes, the gradients of layer_norm and rms_norm over the last axis, and
+batch_norm over every axis but 1: y, and with return_stats (no out=) the
+statistics too.
 
 The fast path's entries (fastnorm._simd.kernels.fast_norm, fast_mean_var,
 fast_norm_backward, fast_batch_norm; tests/fastpath.py calls them with the
@@ -111,7 +112,7 @@ def test_fast_layer_norm_is_the_general_path(call):
     before = [fingerprint(a) for a in (x, gamma, beta)]
     assert_route(TAKEN, fastnorm.layer_norm, x, gamma, beta, axis=axis, eps=eps)
     assert_route(TAKEN, fastnorm.layer_norm, x, gamma, beta, axis=(x.ndim - 1,), eps=eps)
-    y = fastpath.last_axis(x, axis, "center", eps, gamma, beta)
+    y = fastpath.norm_call(x, axis, "center", eps, gamma, beta)
     assert y is not None, "the fast path refused a call it is meant for"
     assert y.dtype == x.dtype and y.shape == x.shape
     general = fastpath.general(fastnorm.layer_norm, x, gamma, beta, axis=axis, eps=eps)
@@ -128,7 +129,7 @@ def test_fast_rms_norm_is_the_general_path(call):
     before = [fingerprint(a) for a in (x, gamma)]
     assert_route(TAKEN, fastnorm.rms_norm, x, gamma, axis=axis, eps=eps)
     assert_route(TAKEN, fastnorm.rms_norm, x, gamma, axis=(x.ndim - 1,), eps=eps)
-    y = fastpath.last_axis(x, axis, "rms", eps, gamma, None)
+    y = fastpath.norm_call(x, axis, "rms", eps, gamma, None)
     assert y is not None, "the fast path refused a call it is meant for"
     general = fastpath.general(fastnorm.rms_norm, x, gamma, axis=axis, eps=eps)
     assert_bitwise(y, general, "fast y against the general path")
@@ -142,7 +143,7 @@ def test_fast_path_on_every_simd_level(simd_level):
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((32, 768)) + 50).astype(np.float32)
     gamma, beta = rng.uniform(0.5, 2, 768).astype(np.float32), rng.standard_normal(768)
-    y = fastpath.last_axis(x, -1, "center", 1e-5, gamma, beta)
+    y = fastpath.norm_call(x, -1, "center", 1e-5, gamma, beta)
     assert_bitwise(y, fastpath.general(fastnorm.layer_norm, x, gamma, beta), "y")
     ref = ref_layer_norm(x, (1,), gamma.astype(np.float64), beta)[0]
     assert_close(y, ref, 1e-5 * (1.0 + np.abs(ref)) * 4, "y")
@@ -155,7 +156,7 @@ def test_fast_path_large_enough_for_threads(threads):
     rows = _simd.kernels.tuning()["parallel_min"] // 256 + 3
     x = np.random.default_rng(6).standard_normal((rows, 256)).astype(np.float32) + 7
     fastnorm.set_num_threads(threads)
-    y = fastpath.last_axis(x, -1, "center", 1e-5, None, None)
+    y = fastpath.norm_call(x, -1, "center", 1e-5, None, None)
     fastnorm.set_num_threads(1)
     assert_bitwise(y, fastpath.general(fastnorm.layer_norm, x), "y")
     assert_close(y, ref_layer_norm(x, (1,))[0], 4e-5, "y")
@@ -181,13 +182,14 @@ GENERAL = [
     ("an ndarray subclass", np.ma.masked_array(X), -1, 1e-5, None, None),
     ("byte-swapped x", X.astype(">f4"), -1, 1e-5, None, None),
     ("misaligned x", MISALIGNED, -1, 1e-5, None, None),
-    ("another axis", X, 0, 1e-5, None, None),
     ("a NumPy integer axis", X, np.int64(-1), 1e-5, None, None),
-    ("axis None", X, None, 1e-5, None, None),
+    ("a list of axes", X, [0, 1], 1e-5, None, None),
+    ("a NumPy integer among the axes", X, (0, np.int64(1)), 1e-5, None, None),
     ("a NumPy float eps", X, -1, np.float64(1e-5), None, None),
     ("a list gamma", X, -1, 1e-5, G.tolist(), None),
     ("an integer gamma", X, -1, 1e-5, np.arange(1, 11), None),
     ("a keepdims gamma", X, -1, 1e-5, G.reshape(1, 10), None),
+    ("a keepdims gamma over axis 0", X, 0, 1e-5, np.ones((4, 1)), None),
     ("a gamma of shape (1, 1)", X, -1, 1e-5, np.full((1, 1), 2.0), None),
 ]
 
@@ -201,6 +203,9 @@ ERRORS = [
     ("beta of the wrong size", X, -1, 1e-5, None, np.ones(11, np.float32), ValueError),
     ("a gamma per slice", X, -1, 1e-5, np.ones((4, 1)), None, ValueError),
     ("a complex gamma", X, -1, 1e-5, np.ones(10, complex), None, TypeError),
+    ("the last axis's gamma over axis 0", X, 0, 1e-5, G, None, ValueError),
+    ("gamma of the axes' sizes reversed", X, (0, 1), 1e-5, np.ones((10, 4)), None,
+     ValueError),
     ("an axis out of range", X, 2, 1e-5, None, None, np.exceptions.AxisError),
     ("a string x", np.array(["a", "b"]), -1, 1e-5, None, None, TypeError),
 ]
@@ -208,8 +213,8 @@ ERRORS = [
 
 @pytest.mark.parametrize("what, x, axis, eps, gamma, beta", GENERAL, ids=[c[0] for c in GENERAL])
 def test_other_calls_take_the_general_path(what, x, axis, eps, gamma, beta):
-    assert fastpath.last_axis(x, axis, "center", eps, gamma, beta) is None
-    assert fastpath.last_axis(x, axis, "rms", eps, gamma, None) is None
+    assert fastpath.norm_call(x, axis, "center", eps, gamma, beta) is None
+    assert fastpath.norm_call(x, axis, "rms", eps, gamma, None) is None
     xa = np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind in "iu" else np.asarray(x)
     if xa.ndim:
         with warnings.catch_warnings():
@@ -241,7 +246,7 @@ def test_other_calls_take_the_general_path(what, x, axis, eps, gamma, beta):
 @pytest.mark.parametrize("what, x, axis, eps, gamma, beta, error", ERRORS,
                          ids=[c[0] for c in ERRORS])
 def test_bad_calls_get_the_general_errors(what, x, axis, eps, gamma, beta, error):
-    assert fastpath.last_axis(x, axis, "center", eps, gamma, beta) is None
+    assert fastpath.norm_call(x, axis, "center", eps, gamma, beta) is None
     with pytest.raises(error):
         fastnorm.layer_norm(x, gamma, beta, axis=axis, eps=eps)
     with pytest.raises(error):
@@ -262,12 +267,12 @@ def test_fast_path_into_out(call):
     general = np.empty(x.shape, x.dtype)
     fastpath.general(fastnorm.layer_norm, x, gamma, beta, axis=axis, eps=eps, out=general)
     out = np.full(x.shape, np.nan, x.dtype)
-    assert fastpath.last_axis(x, axis, "center", eps, gamma, beta, out) is out
+    assert fastpath.norm_call(x, axis, "center", eps, gamma, beta, out) is out
     assert_bitwise(out, general, "fast out= against the general path")
     assert [fingerprint(a) for a in (x, gamma, beta)] == before, "an input changed"
     inplace = np.array(x, order="C")
     expected = fastpath.general(fastnorm.rms_norm, inplace, gamma, axis=axis, eps=eps)
-    assert fastpath.last_axis(inplace, axis, "rms", eps, gamma, None, inplace) is inplace
+    assert fastpath.norm_call(inplace, axis, "rms", eps, gamma, None, inplace) is inplace
     assert_bitwise(inplace, expected, "out=x")
 
 
@@ -327,6 +332,53 @@ def any_axes(draw, ndim):
     if len(axes) == 1 and draw(st.booleans()):
         return axes[0]
     return tuple(axes)
+
+
+@given(fast_calls(), st.data())
+def test_fast_norms_over_any_axes_are_the_general_path(call, data):
+    # layer_norm over the last two axes (tokens and features), over axis 0
+    # or over every axis is as common a call as over the last one: every
+    # set of axes in every spelling, with gain and bias of the normalized
+    # shape in any strides, allocating, into out= and in place.
+    x, _, _, _, eps = call
+    axis = data.draw(any_axes(x.ndim))
+    axes = tuple(range(x.ndim)) if axis is None else tuple(
+        sorted(a % x.ndim for a in (axis if isinstance(axis, tuple) else (axis,))))
+    named = tuple(x.shape[a] for a in axes)
+    keep = tuple(x.shape[a] if a in axes else 1 for a in range(x.ndim))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    params = []
+    for role in ("gamma", "beta"):
+        p_dtype = data.draw(st.sampled_from([None] + FLOATS))
+        layout = data.draw(st.sampled_from(["C", "F", "reversed", "every other", "misaligned"]))
+        values = rng.uniform(0.5, 2.0, named) if role == "gamma" else rng.standard_normal(named)
+        params.append(None if p_dtype is None else _grad_laid_out(values.astype(p_dtype), layout))
+    gamma, beta = params
+    before = [fingerprint(a) for a in (x, gamma, beta)]
+    g, b = (None if p is None else p.astype(np.float64).reshape(keep) for p in (gamma, beta))
+    tol = OUT_TOL[x.dtype] * 4
+    for func, mode, args, ref in (
+            (fastnorm.layer_norm, "center", (gamma, beta), ref_layer_norm(x, axes, g, b, eps)[0]),
+            (fastnorm.rms_norm, "rms", (gamma,), ref_rms_norm(x, axes, g, eps)[0])):
+        beta_arg = beta if mode == "center" else None
+        assert_route(TAKEN, func, x, *args, axis=axis, eps=eps)
+        y = fastpath.norm_call(x, axis, mode, eps, gamma, beta_arg)
+        assert y is not None, "the fast path refused a call it is meant for"
+        assert_bitwise(y, fastpath.general(func, x, *args, axis=axis, eps=eps),
+                       f"{mode}: fast y against the general path")
+        assert_close(y, ref, tol * (1.0 + np.abs(ref)), f"{mode}: y")
+        general = np.empty(x.shape, x.dtype)
+        fastpath.general(func, x, *args, axis=axis, eps=eps, out=general)
+        out = np.full(x.shape, np.nan, x.dtype)
+        assert fastpath.norm_call(x, axis, mode, eps, gamma, beta_arg, out) is out
+        assert_bitwise(out, general, f"{mode}: fast out= against the general path")
+        # (x's memory order is the order of the sums: the general path on
+        # the same C-order copy)
+        inplace = np.array(x, order="C")
+        expected = fastpath.general(func, inplace, *args, axis=axis, eps=eps)
+        assert fastpath.norm_call(inplace, axis, mode, eps, gamma, beta_arg, inplace) is inplace
+        assert_bitwise(inplace, expected, f"{mode}: out=x against the general path")
+    assert [fingerprint(a) for a in (x, gamma, beta)] == before, "an input changed"
 
 
 @given(fast_calls(), st.data(), st.sampled_from([0, 1]), st.booleans())
@@ -479,14 +531,14 @@ def test_fast_path_out_holding_gamma():
         want = fastpath.general(fastnorm.layer_norm, x, gamma.copy())
         out = shared[:60].reshape(6, 10)
         assert_route(TAKEN, fastnorm.layer_norm, x, gamma, out=out)
-        assert fastpath.last_axis(x, -1, "center", 1e-5, gamma, None, out) is out
+        assert fastpath.norm_call(x, -1, "center", 1e-5, gamma, None, out) is out
         assert_bitwise(out, want, f"out over gamma[{part}]")
 
 
 @pytest.mark.parametrize("what, x, gamma, out", _overlapping_out(),
                          ids=[c[0] for c in _overlapping_out()])
 def test_fast_path_leaves_other_outs_to_the_general_path(what, x, gamma, out):
-    assert fastpath.last_axis(x, -1, "center", 1e-5, gamma, None, out) is None
+    assert fastpath.norm_call(x, -1, "center", 1e-5, gamma, None, out) is None
     if isinstance(out, np.ndarray) and out.dtype == x.dtype and out.shape == x.shape \
             and out.flags.writeable:
         g = None if gamma is None else gamma.copy()
@@ -605,17 +657,17 @@ def test_fast_rows_in_c_keep_x_layout_and_bound(order, dtype):
     rng = np.random.default_rng(9)
     x = np.asarray(rng.standard_normal((6, 50)) + 3, dtype=dtype, order=order)
     g = rng.uniform(0.5, 2, 50).astype(dtype)[::-1]
-    y = fastpath.last_axis(x, -1, "center", 1e-5, g, None)
+    y = fastpath.norm_call(x, -1, "center", 1e-5, g, None)
     assert y is not None and y.strides == np.empty_like(x).strides
     assert_bitwise(y, fastpath.general(fastnorm.layer_norm, x, g), "fast path")
     big = np.ones((k.tuning()["parallel_min"] // 64, 64), dtype)
     for a in (big, big[:-1]):
-        got = fastpath.last_axis(a, -1, "rms", 1e-5, None, None)
+        got = fastpath.norm_call(a, -1, "rms", 1e-5, None, None)
         assert got is not None
         assert_bitwise(got, fastpath.general(fastnorm.rms_norm, a), "fast path, either side")
     if order == "C":
         out = np.empty_like(x)
-        assert fastpath.last_axis(x, -1, "center", 1e-5, g, None, out) is out
+        assert fastpath.norm_call(x, -1, "center", 1e-5, g, None, out) is out
         assert_bitwise(out, y, "into out=")
 
 
@@ -630,7 +682,7 @@ DX_TOL = {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-5, F64: 1e-12}
 
 def _grad_laid_out(a, layout):
     """a's values: contiguous, reversed along the last axis, every other
-    element of a longer array, or (1-d) one byte off alignment."""
+    element of a longer array, Fortran order or one byte off alignment."""
     if layout == "reversed":
         return a[..., ::-1].copy()[..., ::-1]
     if layout == "every other":
