@@ -107,6 +107,26 @@ cdef inline bint lanes_record_center(fn_vd mean, fn_vd var, fn_vd scale, const L
     return True
 
 
+cdef inline void lanes_record_rms(fn_vd ms, fn_vd scale, const Layout* L, Py_ssize_t off,
+                                  Py_ssize_t step) noexcept nogil:
+    """record_var's statistics (MODE_RMS) of FN_W slices at once: each
+    one's mean of squares and scale, written step bytes apart from off."""
+    cdef double a[8]
+    cdef double b[8]
+    cdef int l
+    if L.stat[0] == NULL:
+        return
+    if step == sizeof(double):
+        fn_store_f64(<double*>(L.stat[0] + off), ms)
+        fn_store_f64(<double*>(L.stat[1] + off), scale)
+        return
+    fn_store_f64(a, ms)
+    fn_store_f64(b, scale)
+    for l in range(FN_W):
+        (<double*>(L.stat[0] + off + l * step))[0] = a[l]
+        (<double*>(L.stat[1] + off + l * step))[0] = b[l]
+
+
 cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
                         const Layout* L, Py_ssize_t off) noexcept nogil:
     """Turn a slice's moments into its statistics (written to the stat

@@ -1212,7 +1212,7 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
     cdef double na, nb
     cdef double var[8]
     cdef double scale[8]
-    cdef fn_vd v, sc
+    cdef fn_vd v, sc, mv
     cdef Moments m
     cdef Coef co
     cdef Py_ssize_t off
@@ -1254,6 +1254,19 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
                                var[l])
             # (record_var's coefficients: the pivot as it is, the shift, the scale)
             fn_store_f64(t.shift + c, fn_load_f64(first + c))
+            fn_store_f64(t.scale + c, sc)
+            c = c + FN_W
+    elif p.mode == MODE_RMS:
+        # rstd_of's mean of squares, var + mean * mean, as a * b + c is
+        # written there (contracted alike), and the uncentred coefficients.
+        while c + FN_W <= hi:
+            v = fn_div(fn_load_f64(first_m2 + c), fn_set1(na))
+            mv = fn_add(fn_load_f64(t.pivot + c), fn_load_f64(first + c))
+            v = fn_fma(mv, mv, v)
+            sc = fn_div(fn_set1(1.0), fn_sqrt(fn_add(v, fn_set1(p.eps))))
+            lanes_record_rms(v, sc, p.L, off + c * sS, sS)
+            fn_store_f64(t.pivot + c, fn_zero())
+            fn_store_f64(t.shift + c, fn_zero())
             fn_store_f64(t.scale + c, sc)
             c = c + FN_W
     while c < hi:
