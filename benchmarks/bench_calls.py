@@ -97,10 +97,11 @@ class SmallGradient(_OneCall):
 
 
 class OtherAxes(_OneCall):
-    """A small float32 layer_norm or rms_norm over axes other than the last
-    alone (the columns, a token's (positions, features) with a gain of
-    that shape, every axis), into out=, on one thread."""
-    params = [["layer_norm", "rms_norm"],
+    """A small float32 layer_norm or rms_norm, or its gradient, over axes
+    other than the last alone (the columns, a token's (positions,
+    features) with a gain of that shape, every axis), on one thread: the
+    forward into out=, the gradient with a gain, allocating."""
+    params = [["layer_norm", "rms_norm", "layer_norm_backward", "rms_norm_backward"],
               ["axis=0 (32, 768)", "axis=(1, 2) (4, 16, 64), gain", "axis=None (1, 256)"]]
     param_names = ["func", "case"]
 
@@ -109,12 +110,22 @@ class OtherAxes(_OneCall):
         spelled, shape = case.split(" (", 1)
         shape = tuple(int(s) for s in shape.split(")")[0].split(","))
         axis = {"axis=0": 0, "axis=(1, 2)": (1, 2), "axis=None": None}[spelled]
+        named = tuple(n for a, n in enumerate(shape)
+                      if axis is None or a in (axis if isinstance(axis, tuple) else (axis,)))
         rng = np.random.default_rng(0)
-        x = rng.standard_normal(shape).astype(np.float32)
+        x, dy = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
         out = np.empty_like(x)
-        gamma = rng.uniform(0.5, 2, shape[1:]).astype(np.float32) if "gain" in case else None
-        f = getattr(fastnorm, func)
-        self._start(lambda: f(x, gamma, axis=axis, out=out))
+        gain = rng.uniform(0.5, 2, named).astype(np.float32)
+        if func == "layer_norm_backward":
+            _, mean, rstd = fastnorm.layer_norm(x, gain, axis=axis, return_stats=True)
+            self._start(lambda: fastnorm.layer_norm_backward(dy, x, mean, rstd, gain, axis=axis))
+        elif func == "rms_norm_backward":
+            _, rstd = fastnorm.rms_norm(x, gain, axis=axis, return_stats=True)
+            self._start(lambda: fastnorm.rms_norm_backward(dy, x, rstd, gain, axis=axis))
+        else:
+            gamma = gain if "gain" in case else None
+            f = getattr(fastnorm, func)
+            self._start(lambda: f(x, gamma, axis=axis, out=out))
 
 
 # python -m fastnorm's small calls (fastnorm._small_calls), by label and

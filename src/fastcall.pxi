@@ -514,61 +514,72 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     return y
 
 
-cdef object stat_f64(object a, cnp.ndarray x):
-    """A statistic from the forward over the last axis of x as the gradient
-    kernels read it (C-contiguous float64 in keepdims layout), or None: a
-    float ndarray of the keepdims shape or the kept one."""
+cdef object stat_f64(object a, int ndim, const cnp.npy_intp* keep, int n_kept,
+                     const cnp.npy_intp* kept):
+    """A statistic from the forward as the gradient kernels read it
+    (C-contiguous float64 of the keepdims shape `keep`, ndim dimensions),
+    or None: a float ndarray of that shape or of the kept one (`kept`,
+    n_kept dimensions: the same values in C order)."""
     cdef cnp.ndarray s
-    cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef int i, ndim = cnp.PyArray_NDIM(x), sdim
+    cdef int t
     if type(a) is not cnp.ndarray:
         return None
     s = <cnp.ndarray>a
-    if cnp.PyArray_TYPE(s) not in (cnp.NPY_FLOAT16, cnp.NPY_FLOAT, cnp.NPY_DOUBLE):
+    t = cnp.PyArray_TYPE(s)
+    if not (t == cnp.NPY_FLOAT16 or t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE):
         return None
-    sdim = cnp.PyArray_NDIM(s)
-    if not (sdim == ndim and cnp.PyArray_DIM(s, ndim - 1) == 1) and sdim != ndim - 1:
+    if not (same_dims(s, ndim, keep) or same_dims(s, n_kept, kept)):
         return None
-    for i in range(ndim - 1):
-        if cnp.PyArray_DIM(s, i) != cnp.PyArray_DIM(x, i):
-            return None
-        dims[i] = cnp.PyArray_DIM(x, i)
-    dims[ndim - 1] = 1
-    if (cnp.PyArray_TYPE(s) == cnp.NPY_DOUBLE and cnp.PyArray_IS_C_CONTIGUOUS(s)
+    if not (t == cnp.NPY_DOUBLE and cnp.PyArray_IS_C_CONTIGUOUS(s)
             and cnp.PyArray_ISALIGNED(s) and cnp.PyArray_ISNOTSWAPPED(s)):
-        if sdim == ndim:
-            return s
-        return cnp.PyArray_Reshape(s, dims_tuple(ndim, dims))
-    s = as_float64(s)
-    if sdim == ndim:
+        s = as_float64(s)
+    if cnp.PyArray_NDIM(s) == ndim:
         return s
-    return cnp.PyArray_Reshape(s, dims_tuple(ndim, dims))
+    return cnp.PyArray_Reshape(s, dims_tuple(ndim, keep))
 
 
-cdef inline bint param_out(object p, int t, cnp.npy_intp n):
-    """Whether p takes a parameter gradient of type t and n values: None, or
-    a writable 1-d ndarray of t in native byte order (any stride)."""
+cdef inline bint same_dims(cnp.ndarray a, int ndim, const cnp.npy_intp* dims):
+    cdef int i
+    if cnp.PyArray_NDIM(a) != ndim:
+        return False
+    for i in range(ndim):
+        if cnp.PyArray_DIM(a, i) != dims[i]:
+            return False
+    return True
+
+
+cdef inline bint param_out(object p, int t, int ndim, const cnp.npy_intp* dims):
+    """Whether p takes a parameter gradient of type t and these dims (the
+    parameter's named shape): None, or a writable ndarray of t in native
+    byte order (any strides)."""
     cdef cnp.ndarray a
     if p is None:
         return True
     if type(p) is not cnp.ndarray:
         return False
     a = <cnp.ndarray>p
-    return (cnp.PyArray_TYPE(a) == t and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_NDIM(a) == 1
-            and cnp.PyArray_DIM(a, 0) == n and cnp.PyArray_ISWRITEABLE(a))
+    return (cnp.PyArray_TYPE(a) == t and cnp.PyArray_ISNOTSWAPPED(a) and same_dims(a, ndim, dims)
+            and cnp.PyArray_ISWRITEABLE(a))
 
 
 cdef object param_result(cnp.ndarray grad, int t, object p):
-    """A parameter gradient the kernel wrote (float64, n values) as the
-    general path delivers it: in type t, each value rounded once (NumPy's
-    astype), or copied into p (np.copyto), with NumPy's warnings."""
+    """A parameter gradient the kernel wrote (float64, C-contiguous, of the
+    parameter's named shape) as the general path delivers it: in type t,
+    each value rounded once (NumPy's astype), or copied into p (np.copyto),
+    with NumPy's warnings."""
     cdef cnp.ndarray a
     cdef const double* v = <const double*>cnp.PyArray_DATA(grad)
     cdef Py_ssize_t i, n = cnp.PyArray_SIZE(grad), stride
     if p is not None:
         a = <cnp.ndarray>p
-        stride = cnp.PyArray_STRIDE(a, 0)
-        if not cnp.PyArray_ISALIGNED(a) or t == cnp.NPY_FLOAT16:
+        # One stride through every value: a vector, or C order.
+        if cnp.PyArray_NDIM(a) == 1:
+            stride = cnp.PyArray_STRIDE(a, 0)
+        elif cnp.PyArray_IS_C_CONTIGUOUS(a):
+            stride = cnp.PyArray_ITEMSIZE(a)
+        else:
+            stride = 0
+        if stride == 0 or not cnp.PyArray_ISALIGNED(a) or t == cnp.NPY_FLOAT16:
             cnp.PyArray_CopyInto(a, grad)
         elif t == cnp.NPY_DOUBLE:
             for i in range(n):
@@ -585,17 +596,21 @@ cdef object param_result(cnp.ndarray grad, int t, object p):
 
 def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out):
     """(dx, dgamma, dbeta) of layer_norm_backward (mode center, n_out 3) or
-    (dx, dgamma) of rms_norm_backward (rms, mean None, n_out 2) over the
-    last axis, or None: dy and x of one float dtype and shape, the forward's
-    statistics as float ndarrays, gamma None or a float vector, out None or
-    a tuple of n_out entries, each None or an ndarray (dx writable,
-    contiguous, of x's kind and apart from every input; the parameter
-    gradients writable and of their exact shape and dtype)."""
+    (dx, dgamma) of rms_norm_backward (rms, mean None, n_out 2) over any
+    axes, or None: dy and x of one float dtype and shape, the forward's
+    statistics as float ndarrays, gamma None or a float array of the
+    normalized shape, out None or a tuple of n_out entries, each None or an
+    ndarray (dx writable, contiguous, of x's kind and apart from every
+    input; the parameter gradients writable and of their exact shape and
+    dtype)."""
     cdef cnp.ndarray xa, dya, dx, g, dg, db, m, r, o
-    cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef int ndim, i, threads, pt
-    cdef cnp.npy_intp n
-    cdef tuple outs
+    cdef cnp.npy_intp keep[MAX_DIMS]      # the statistics' keepdims shape
+    cdef cnp.npy_intp kept[MAX_DIMS]      # ...without the normalized axes
+    cdef cnp.npy_intp named[MAX_DIMS]     # the parameters' shape
+    cdef cnp.npy_intp gkeep[MAX_DIMS]     # ...in keepdims layout
+    cdef int ndim, i, threads, pt, n_kept = 0, n_named = 0
+    cdef cnp.npy_intp n = 1
+    cdef tuple outs, reduced
     cdef bint fresh
     cdef double* gp
     if not (behaved_float(x) and behaved_float(dy)):
@@ -603,32 +618,38 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
     xa = <cnp.ndarray>x
     dya = <cnp.ndarray>dy
     ndim = cnp.PyArray_NDIM(xa)
-    if (ndim == 0 or not last_axis(axis, ndim) or cnp.PyArray_TYPE(dya) != cnp.PyArray_TYPE(xa)
-            or cnp.PyArray_NDIM(dya) != ndim or cnp.PyArray_SIZE(xa) == 0):
+    if (ndim == 0 or cnp.PyArray_TYPE(dya) != cnp.PyArray_TYPE(xa)
+            or not same_dims(dya, ndim, cnp.PyArray_DIMS(xa)) or cnp.PyArray_SIZE(xa) == 0):
+        return None
+    reduced = reduced_flags(axis, ndim)
+    if reduced is None or True not in reduced:
         return None
     for i in range(ndim):
-        if cnp.PyArray_DIM(dya, i) != cnp.PyArray_DIM(xa, i):
-            return None
-    n = cnp.PyArray_DIM(xa, ndim - 1)
-    r = stat_f64(rstd, xa)
+        if reduced[i]:
+            keep[i] = 1
+            gkeep[i] = named[n_named] = cnp.PyArray_DIM(xa, i)
+            n_named += 1
+            n *= gkeep[i]
+        else:
+            keep[i] = kept[n_kept] = cnp.PyArray_DIM(xa, i)
+            n_kept += 1
+            gkeep[i] = 1
+    r = stat_f64(rstd, ndim, keep, n_kept, kept)
     if r is None:
         return None
     m = None
     if mode == GRAD_CENTER:
-        m = stat_f64(mean, xa)
+        m = stat_f64(mean, ndim, keep, n_kept, kept)
         if m is None:
             return None
-    for i in range(ndim):
-        dims[i] = 1
-    dims[ndim - 1] = n
     if gamma is None:
-        g = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+        g = cnp.PyArray_EMPTY(ndim, gkeep, cnp.NPY_DOUBLE, 0)
         gp = <double*>cnp.PyArray_DATA(g)
         for i in range(n):
             gp[i] = 1.0
         pt = cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
     else:
-        gv = param_f64(gamma, LAST_AXIS[ndim], cnp.PyArray_DIMS(xa))
+        gv = param_f64(gamma, reduced, cnp.PyArray_DIMS(xa))
         if gv is None or gv is False:
             return None
         g = gv
@@ -647,20 +668,20 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
             if overlap(dx, o):
                 return None
     for i in range(1, n_out):
-        if not param_out(outs[i], pt, n):
+        if not param_out(outs[i], pt, n_named, named):
             return None
-    # The kernel reads the parameter gradients' buffers alone: flat here.
-    dg = cnp.PyArray_EMPTY(1, &n, cnp.NPY_DOUBLE, 0)
-    db = cnp.PyArray_EMPTY(1, &n, cnp.NPY_DOUBLE, 0)
+    # The kernel reads the parameter gradients' buffers alone: the named
+    # shape here, as they are returned.
+    dg = cnp.PyArray_EMPTY(n_named, named, cnp.NPY_DOUBLE, 0)
+    db = cnp.PyArray_EMPTY(n_named, named, cnp.NPY_DOUBLE, 0)
     if m is None:
-        m = cnp.PyArray_ZEROS(ndim, <cnp.npy_intp*>cnp.PyArray_DIMS(r), cnp.NPY_DOUBLE, 0)
+        m = cnp.PyArray_ZEROS(ndim, keep, cnp.NPY_DOUBLE, 0)
     threads = threads_for(cnp.PyArray_SIZE(xa))
     if _explain.explaining and _explain.active():
-        route = explain_backward(dya, xa, dx, g, m, r, dg, db, LAST_AXIS[ndim], mode, threads,
-                                 fresh)
+        route = explain_backward(dya, xa, dx, g, m, r, dg, db, reduced, mode, threads, fresh)
         route["fast_path"] = True
         raise _explain._Route(route)
-    run_backward(dya, xa, dx, g, m, r, dg, db, LAST_AXIS[ndim], mode, threads, fresh,
+    run_backward(dya, xa, dx, g, m, r, dg, db, reduced, mode, threads, fresh,
                  PHASE_BOTH, None, None, 0.0)
     if n_out == 2:
         return dx, param_result(dg, pt, outs[1])

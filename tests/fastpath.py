@@ -14,7 +14,7 @@ def mean_var_call(x, axis, ddof, keepdims):
     return _simd.kernels.fast_mean_var(x, axis, ddof, keepdims, None, None)
 
 
-def rows_backward(dy, x, mean, rstd, gamma, axis, mode, out, n_out):
+def norm_backward_call(dy, x, mean, rstd, gamma, axis, mode, out, n_out):
     k = _simd.kernels
     return k.fast_norm_backward(k.GRAD_MODES[mode], dy, x, mean, rstd, gamma, axis, out, n_out)
 

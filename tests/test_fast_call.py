@@ -1,7 +1,6 @@
-"""The fast path for small calls: layer_norm, rms_norm and mean_var over any
-axes, the gradients of layer_norm and rms_norm over the last axis, and
-batch_norm over every axis but 1: y, and with return_stats (no out=) the
-statistics too.
+"""The fast path for small calls: layer_norm, rms_norm, mean_var and the
+gradients of layer_norm and rms_norm over any axes, and batch_norm over
+every axis but 1: y, and with return_stats (no out=) the statistics too.
 
 The fast path's entries (fastnorm._simd.kernels.fast_norm, fast_mean_var,
 fast_norm_backward, fast_batch_norm; tests/fastpath.py calls them with the
@@ -32,7 +31,7 @@ LEFT = {"fast_path": False}
 
 
 # --------------------------------------------------------------------------
-# layer_norm, rms_norm and mean_var over the last axis
+# layer_norm, rms_norm and mean_var
 
 FLOATS = [np.float16, np.float32, np.float64]
 
@@ -699,49 +698,60 @@ def _grad_laid_out(a, layout):
 
 @st.composite
 def fast_gradients(draw):
-    """A gradient call over the last axis: x and dy of 1 to 3 dimensions in
-    any layout, the forward's statistics in its or another float dtype and
-    in keepdims or kept shape, gamma of any float dtype or none, out=
-    arrays or not."""
+    """A gradient call: x and dy of 1 to 3 dimensions in any layout, any
+    axes (mostly the last, in its spellings), the forward's statistics in
+    its or another float dtype and in keepdims or kept shape, gamma of the
+    normalized shape and any float dtype or none, out= arrays or not."""
     ndim = draw(st.integers(1, 3))
     shape = tuple(draw(st.lists(st.integers(1, 5), min_size=ndim - 1, max_size=ndim - 1)))
     shape += (draw(st.integers(1, 300)),)
     dtype = np.dtype(draw(st.sampled_from(FLOATS)))
     mode = draw(st.sampled_from(["center", "rms"]))
+    axis = draw(st.one_of(st.sampled_from([-1, ndim - 1]), any_axes(ndim)))
+    axes = _sorted_axes(axis, ndim)
+    named = tuple(shape[a] for a in axes)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = (rng.standard_normal(shape) * rng.uniform(0.1, 10) + draw(st.sampled_from([0.0, 3.0])))
     x = _grad_laid_out(x.astype(dtype),
                        draw(st.sampled_from(["C", "F", "reversed", "every other"])))
     dy = _grad_laid_out(rng.standard_normal(shape).astype(dtype),
-                   draw(st.sampled_from(["C", "F", "reversed", "every other"])))
+                        draw(st.sampled_from(["C", "F", "reversed", "every other"])))
     g_dtype = draw(st.sampled_from([None] + FLOATS))
     gamma = None
     if g_dtype is not None:
-        gamma = _grad_laid_out(rng.uniform(0.5, 2.0, shape[-1]).astype(g_dtype),
-                          draw(st.sampled_from(["C", "reversed", "every other", "misaligned"])))
+        gamma = _grad_laid_out(rng.uniform(0.5, 2.0, named).astype(g_dtype),
+                               draw(st.sampled_from(["C", "reversed", "every other",
+                                                     "misaligned"])))
     forward = fastnorm.layer_norm if mode == "center" else fastnorm.rms_norm
-    stats = forward(x, return_stats=True)[1:]
-    if draw(st.booleans()):
-        stats = tuple(s.reshape(shape[:-1]) for s in stats)       # the kept shape
+    stats = forward(x, axis=axis, return_stats=True)[1:]
+    if draw(st.booleans()):                                       # the kept shape
+        stats = tuple(s.reshape([n for a, n in enumerate(shape) if a not in axes])
+                      for s in stats)
     if draw(st.booleans()):
         stats = tuple(s.astype(np.float64) for s in stats)
     n_out = 3 if mode == "center" else 2
     out = draw(st.sampled_from([None, "all", "dx", "grads", "strided grads"]))
-    axis = draw(st.sampled_from([-1, ndim - 1]))
     return dict(dy=dy, x=x, stats=stats, gamma=gamma, mode=mode, n_out=n_out, out=out,
-                axis=axis)
+                axis=axis, axes=axes, named=named)
+
+
+def _sorted_axes(axis, ndim):
+    """axis as the sorted tuple of non-negative axes it names."""
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(sorted(a % ndim for a in (axis if isinstance(axis, tuple) else (axis,))))
 
 
 def _outs(call):
     """Fresh out= arrays for the call's choice (None: no out=)."""
     if call["out"] is None:
         return None
-    x, gamma, n_out = call["x"], call["gamma"], call["n_out"]
+    x, gamma, n_out, named = call["x"], call["gamma"], call["n_out"], call["named"]
     pdt = gamma.dtype if gamma is not None else (F64 if x.dtype == F64 else np.float32)
     dx = np.full_like(x, 7) if call["out"] in ("all", "dx") else None
-    n = x.shape[-1]
-    grads = [np.full(n, 7, pdt) if call["out"] in ("all", "grads")
-             else np.full(2 * n, 7, pdt)[::-2] if call["out"] == "strided grads" else None
+    grads = [np.full(named, 7, pdt) if call["out"] in ("all", "grads")
+             else np.full(named[:-1] + (2 * named[-1],), 7, pdt)[..., ::-2]
+             if call["out"] == "strided grads" else None
              for _ in range(n_out - 1)]
     return (dx, *grads)
 
@@ -757,8 +767,8 @@ def _public(call, axis, out):
 
 def _fast_call(call, out):
     mean, rstd = call["stats"] if call["mode"] == "center" else (None, call["stats"][0])
-    return fastpath.rows_backward(call["dy"], call["x"], mean, rstd, call["gamma"],
-                                call["axis"], call["mode"], out, call["n_out"])
+    return fastpath.norm_backward_call(call["dy"], call["x"], mean, rstd, call["gamma"],
+                                       call["axis"], call["mode"], out, call["n_out"])
 
 
 @given(fast_gradients())
@@ -767,7 +777,7 @@ def test_fast_gradients_are_the_general_path(call):
     before = [None if a is None else fingerprint(a) for a in inputs]
     out = _outs(call)
     assert _public_route(call, call["axis"], out)["fast_path"]
-    assert _public_route(call, (call["x"].ndim - 1,), out)["fast_path"]
+    assert _public_route(call, call["axes"], out)["fast_path"]
     got = _fast_call(call, out)
     assert got is not None, "the fast path refused a call it is meant for"
     assert len(got) == call["n_out"]
@@ -785,27 +795,33 @@ def test_fast_gradients_are_the_general_path(call):
     assert after == before, "an input changed"
 
     # Against the closed form in float64 (statistics recomputed there).
-    x, dt = call["x"], call["x"].dtype
+    x, dt, axes = call["x"], call["x"].dtype, call["axes"]
     g = None
     if call["gamma"] is not None:          # keepdims layout
-        g = call["gamma"].astype(np.float64).reshape((1,) * (x.ndim - 1) + (-1,))
-    ref = ref_norm_grads(call["dy"], x, (x.ndim - 1,), (x.ndim - 1,), g, call["mode"])
+        g = call["gamma"].astype(np.float64).reshape(
+            [n if a in axes else 1 for a, n in enumerate(x.shape)])
+    ref = ref_norm_grads(call["dy"], x, axes, axes, g, call["mode"])
     assert_close(got[0], ref["dx"], DX_TOL[dt] * ref["dx_scale"] + tiny(dt), "dx")
     ptol = 1e-12 if dt == F64 else 1e-5
     # The forward's float32 mean (float16/float32 x) is off by up to half an
-    # ulp: every xhat by that times rstd, which dgamma = sum(dy xhat) carries
-    # against dy (a value near the mean has an xhat of about that size).
+    # ulp, a float64 one by a few: every xhat by that times rstd, which
+    # dgamma = sum(dy xhat) carries against dy (a value near the mean has an
+    # xhat of about that size; with every axis normalized, dgamma is one
+    # such product).
     slack = {"dgamma": 0.0, "dbeta": 0.0}
-    if dt != F64 and call["mode"] == "center":
+    if call["mode"] == "center":
         mean, rstd = (np.asarray(s, np.float64) for s in call["stats"])
-        shift = float(np.max(np.spacing(np.abs(mean).astype(np.float32)) * rstd, initial=0.0))
+        ulps = np.spacing(np.abs(mean).astype(np.float32)) if dt != F64 else 4 * np.spacing(
+            np.abs(mean))
+        shift = float(np.max(ulps * rstd, initial=0.0))
         slack["dgamma"] = shift * ref["dbeta_scale"].reshape(-1)
     names = ("dgamma", "dbeta")[:call["n_out"] - 1]
     for name, grad in zip(names, got[1:]):
         want = ref[name].reshape(-1)
         allowed = (max(ptol, OUT_TOL[grad.dtype]) * ref[name + "_scale"].reshape(-1)
                    + slack[name] + tiny(grad.dtype))
-        assert_close(grad, want, allowed, name)
+        assert grad.shape == call["named"], name
+        assert_close(grad.reshape(-1), want, allowed, name)
 
 
 def test_fast_gradients_with_threads():
@@ -821,7 +837,7 @@ def test_fast_gradients_with_threads():
     try:
         for threads in (1, 2):
             fastnorm.set_num_threads(threads)
-            got = fastpath.rows_backward(dy, x, mean, rstd, gamma, -1, "center", None, 3)
+            got = fastpath.norm_backward_call(dy, x, mean, rstd, gamma, -1, "center", None, 3)
             assert got is not None
             results.append(got)
     finally:
@@ -856,7 +872,8 @@ GRAD_GENERAL = [
     ("an empty x", lambda: dict(x=np.zeros((4, 0), np.float32), dy=np.zeros((4, 0), np.float32),
                                 mean=np.zeros((4, 1)), rstd=np.ones((4, 1)), gamma=None)),
     ("byte-swapped x", lambda: dict(x=GRAD_X.astype(">f4"))),
-    ("another axis", lambda: dict(axis=0, mean=GRAD_MEAN0, rstd=GRAD_RSTD0, gamma=None)),
+    ("a keepdims gamma over axis 0",
+     lambda: dict(axis=0, mean=GRAD_MEAN0, rstd=GRAD_RSTD0, gamma=np.ones((4, 1), np.float32))),
     ("a NumPy integer axis", lambda: dict(axis=np.int64(-1))),
     ("a list mean", lambda: dict(mean=GRAD_MEAN.tolist())),
     ("integer statistics", lambda: dict(mean=np.zeros((4, 1), int), rstd=np.ones((4, 1), int))),
@@ -885,6 +902,9 @@ GRAD_ERRORS = [
     ("a read-only dx=", lambda: dict(out=(_read_only(np.empty_like(GRAD_X)), None, None)),
      ValueError),
     ("an axis out of range", lambda: dict(axis=2), np.exceptions.AxisError),
+    ("the last axis's gamma over axis 0",
+     lambda: dict(axis=0, mean=GRAD_MEAN0, rstd=GRAD_RSTD0), ValueError),
+    ("the last axis's statistics over axis 0", lambda: dict(axis=0, gamma=None), ValueError),
 ]
 
 
@@ -919,11 +939,11 @@ def _grad_refused(a, changed, rms=True):
     does not take, is what changed) as rms_norm_backward's."""
     out = a["out"]
     rms_out = out[:2] if isinstance(out, tuple) and len(out) == 3 else out
-    refused = fastpath.rows_backward(a["dy"], a["x"], a["mean"], a["rstd"], a["gamma"],
-                                   a["axis"], "center", out, 3) is None
+    refused = fastpath.norm_backward_call(a["dy"], a["x"], a["mean"], a["rstd"], a["gamma"],
+                                          a["axis"], "center", out, 3) is None
     if rms and set(changed) != {"mean"}:
-        refused = refused and fastpath.rows_backward(a["dy"], a["x"], None, a["rstd"], a["gamma"],
-                                                   a["axis"], "rms", rms_out, 2) is None
+        refused = refused and fastpath.norm_backward_call(
+            a["dy"], a["x"], None, a["rstd"], a["gamma"], a["axis"], "rms", rms_out, 2) is None
     return refused
 
 
@@ -944,8 +964,8 @@ def test_other_gradient_calls_take_the_general_path(what, change, monkeypatch):
 def test_dask_gradients_take_the_dask_path():
     da = pytest.importorskip("dask.array")
     x = da.from_array(GRAD_X, chunks=(2, 10))
-    assert fastpath.rows_backward(GRAD_DY, x, GRAD_MEAN, GRAD_RSTD, GRAD_G, -1, "center", None,
-                                  3) is None
+    assert fastpath.norm_backward_call(GRAD_DY, x, GRAD_MEAN, GRAD_RSTD, GRAD_G, -1, "center",
+                                       None, 3) is None
     got = fastnorm.layer_norm_backward(GRAD_DY, x, GRAD_MEAN, GRAD_RSTD, GRAD_G)
     assert all(isinstance(g, da.Array) for g in got)
     ref = ref_norm_grads(GRAD_DY, GRAD_X, (1,), (1,), GRAD_G.astype(np.float64).reshape(1, 10))
