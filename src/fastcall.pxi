@@ -25,8 +25,8 @@ cdef extern from "numpy/arrayobject.h":
 
 # Reduced-axis flags of the last axis, by number of dimensions.
 cdef tuple LAST_AXIS = tuple(tuple(a == n - 1 for a in range(n)) for n in range(MAX_DIMS + 1))
-# ...and of every axis but 1 (batch norm's default), from two dimensions on,
-# along which its gain and bias vary.
+# ...of every axis but 1 (batch norm's default), from two dimensions on; and
+# of axis 1 alone, along which batch norm's gain and bias vary.
 cdef tuple BUT_AXIS_1 = tuple(tuple(a != 1 for a in range(n)) for n in range(MAX_DIMS + 1))
 cdef tuple AXIS_1 = tuple(tuple(a == 1 for a in range(n)) for n in range(MAX_DIMS + 1))
 
