@@ -78,8 +78,10 @@ class ReturnStats(_OneCall):
 
 class SmallGradient(_OneCall):
     """A small float32 gradient with a gain, from the forward's float32
-    statistics (a training step's backward), allocating, on one thread."""
-    params = [["layer_norm_backward", "rms_norm_backward"], list(SMALL_SHAPES)]
+    statistics (a training step's backward), allocating, on one thread;
+    batch_norm's over axis 0, the others' over the last."""
+    params = [["layer_norm_backward", "rms_norm_backward", "batch_norm_backward"],
+              list(SMALL_SHAPES)]
     param_names = ["func", "shape"]
 
     def setup(self, func, shape):
@@ -91,6 +93,11 @@ class SmallGradient(_OneCall):
         if func == "layer_norm_backward":
             _, mean, rstd = fastnorm.layer_norm(x, gamma, return_stats=True)
             self._start(lambda: fastnorm.layer_norm_backward(dy, x, mean, rstd, gamma))
+        elif func == "batch_norm_backward":
+            if shape[0] < 2:
+                raise NotImplementedError("training needs two values a channel")
+            _, mean, rstd = fastnorm.batch_norm(x, gamma, axis=0, return_stats=True)
+            self._start(lambda: fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma, axis=0))
         else:
             _, rstd = fastnorm.rms_norm(x, gamma, return_stats=True)
             self._start(lambda: fastnorm.rms_norm_backward(dy, x, rstd, gamma))

@@ -20,6 +20,7 @@ from ._where import Input, as_where, keeps_subclass
 
 _CENTER = _simd.kernels.GRAD_MODES["center"]
 _RMS = _simd.kernels.GRAD_MODES["rms"]
+_SCALE = _simd.kernels.GRAD_MODES["scale"]
 
 
 def _pair(dy, x):
@@ -389,6 +390,11 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
     >>> dgamma, dbeta
     (array([2., 2.]), array([0., 0.]))
     """
+    if where is None and type(training) is bool:
+        fast = _simd.kernels.fast_norm_backward(_CENTER if training else _SCALE, dy, x, mean,
+                                                rstd, gamma, axis, out, 3, True)
+        if fast is not None:
+            return fast
     if any_dask(dy, x, mean, rstd, gamma, where):
         return via_dask(batch_norm_backward, locals())
     dy, x, sel = _selected(dy, x, where)

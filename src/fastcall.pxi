@@ -594,7 +594,8 @@ cdef object param_result(cnp.ndarray grad, int t, object p):
     return cnp.PyArray_Cast(grad, t)
 
 
-def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out):
+def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
+                       bint batch=False):
     """(dx, dgamma, dbeta) of layer_norm_backward (mode center, n_out 3) or
     (dx, dgamma) of rms_norm_backward (rms, mean None, n_out 2) over any
     axes, or None: dy and x of one float dtype and shape, the forward's
@@ -602,7 +603,8 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
     normalized shape, out None or a tuple of n_out entries, each None or an
     ndarray (dx writable, contiguous, of x's kind and apart from every
     input; the parameter gradients writable and of their exact shape and
-    dtype)."""
+    dtype).  batch: batch_norm_backward's (mode center in training, scale
+    in eval; n_out 3): gamma of the kept shape, axis None every axis but 1."""
     cdef cnp.ndarray xa, dya, dx, g, dg, db, m, r, o
     cdef cnp.npy_intp keep[MAX_DIMS]      # the statistics' keepdims shape
     cdef cnp.npy_intp kept[MAX_DIMS]      # ...without the normalized axes
@@ -610,7 +612,7 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
     cdef cnp.npy_intp gkeep[MAX_DIMS]     # ...in keepdims layout
     cdef int ndim, i, threads, pt, n_kept = 0, n_named = 0
     cdef cnp.npy_intp n = 1
-    cdef tuple outs, reduced
+    cdef tuple outs, reduced, along
     cdef bint fresh
     cdef double* gp
     if not (behaved_float(x) and behaved_float(dy)):
@@ -621,24 +623,34 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
     if (ndim == 0 or cnp.PyArray_TYPE(dya) != cnp.PyArray_TYPE(xa)
             or not same_dims(dya, ndim, cnp.PyArray_DIMS(xa)) or cnp.PyArray_SIZE(xa) == 0):
         return None
-    reduced = reduced_flags(axis, ndim)
+    if batch and axis is None:
+        if ndim < 2:
+            return None
+        reduced = BUT_AXIS_1[ndim]
+    else:
+        reduced = reduced_flags(axis, ndim)
     if reduced is None or True not in reduced:
         return None
+    # The parameters vary along the normalized axes, or batch norm's along
+    # the others.
+    along = tuple([flag != batch for flag in reduced])
+    if True not in along:
+        return None
     for i in range(ndim):
-        if reduced[i]:
-            keep[i] = 1
+        keep[i] = 1
+        gkeep[i] = 1
+        if not reduced[i]:
+            keep[i] = kept[n_kept] = cnp.PyArray_DIM(xa, i)
+            n_kept += 1
+        if along[i]:
             gkeep[i] = named[n_named] = cnp.PyArray_DIM(xa, i)
             n_named += 1
             n *= gkeep[i]
-        else:
-            keep[i] = kept[n_kept] = cnp.PyArray_DIM(xa, i)
-            n_kept += 1
-            gkeep[i] = 1
     r = stat_f64(rstd, ndim, keep, n_kept, kept)
     if r is None:
         return None
     m = None
-    if mode == GRAD_CENTER:
+    if mode != GRAD_RMS:
         m = stat_f64(mean, ndim, keep, n_kept, kept)
         if m is None:
             return None
@@ -649,7 +661,7 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out)
             gp[i] = 1.0
         pt = cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
     else:
-        gv = param_f64(gamma, reduced, cnp.PyArray_DIMS(xa))
+        gv = param_f64(gamma, along, cnp.PyArray_DIMS(xa))
         if gv is None or gv is False:
             return None
         g = gv

@@ -1,6 +1,7 @@
 """The fast path for small calls: layer_norm, rms_norm, mean_var and the
-gradients of layer_norm and rms_norm over any axes, and batch_norm over
-every axis but 1: y, and with return_stats (no out=) the statistics too.
+gradients of layer_norm and rms_norm over any axes, batch_norm over every
+axis but 1 and its gradients over any axes: y, and with return_stats (no
+out=) the statistics too.
 
 The fast path's entries (fastnorm._simd.kernels.fast_norm, fast_mean_var,
 fast_norm_backward, fast_batch_norm; tests/fastpath.py calls them with the
@@ -794,13 +795,19 @@ def test_fast_gradients_are_the_general_path(call):
     after = [None if a is None else fingerprint(a) for a in inputs]
     assert after == before, "an input changed"
 
-    # Against the closed form in float64 (statistics recomputed there).
-    x, dt, axes = call["x"], call["x"].dtype, call["axes"]
+    _assert_grads_near_reference(got, call["dy"], call["x"], call["axes"], call["axes"],
+                                 call["gamma"], call["mode"], call["stats"])
+
+
+def _assert_grads_near_reference(got, dy, x, axes, along, gamma, mode, stats):
+    """got, (dx, dgamma[, dbeta]), against the closed form in float64 (the
+    statistics recomputed there, but in mode scale: the given ones)."""
+    dt = x.dtype
     g = None
-    if call["gamma"] is not None:          # keepdims layout
-        g = call["gamma"].astype(np.float64).reshape(
-            [n if a in axes else 1 for a, n in enumerate(x.shape)])
-    ref = ref_norm_grads(call["dy"], x, axes, axes, g, call["mode"])
+    if gamma is not None:          # keepdims layout
+        g = gamma.astype(np.float64).reshape(
+            [n if a in along else 1 for a, n in enumerate(x.shape)])
+    ref = ref_norm_grads(dy, x, axes, along, g, mode, stats=stats if mode == "scale" else None)
     assert_close(got[0], ref["dx"], DX_TOL[dt] * ref["dx_scale"] + tiny(dt), "dx")
     ptol = 1e-12 if dt == F64 else 1e-5
     # The forward's float32 mean (float16/float32 x) is off by up to half an
@@ -809,18 +816,18 @@ def test_fast_gradients_are_the_general_path(call):
     # xhat of about that size; with every axis normalized, dgamma is one
     # such product).
     slack = {"dgamma": 0.0, "dbeta": 0.0}
-    if call["mode"] == "center":
-        mean, rstd = (np.asarray(s, np.float64) for s in call["stats"])
+    if mode == "center":
+        mean, rstd = (np.asarray(s, np.float64) for s in stats)
         ulps = np.spacing(np.abs(mean).astype(np.float32)) if dt != F64 else 4 * np.spacing(
             np.abs(mean))
         shift = float(np.max(ulps * rstd, initial=0.0))
         slack["dgamma"] = shift * ref["dbeta_scale"].reshape(-1)
-    names = ("dgamma", "dbeta")[:call["n_out"] - 1]
-    for name, grad in zip(names, got[1:]):
+    named = tuple(x.shape[a] for a in along)
+    for name, grad in zip(("dgamma", "dbeta"), got[1:]):
         want = ref[name].reshape(-1)
         allowed = (max(ptol, OUT_TOL[grad.dtype]) * ref[name + "_scale"].reshape(-1)
                    + slack[name] + tiny(grad.dtype))
-        assert grad.shape == call["named"], name
+        assert grad.shape == named, name
         assert_close(grad.reshape(-1), want, allowed, name)
 
 
@@ -1245,6 +1252,123 @@ def test_dask_batch_norm_takes_the_dask_path():
     assert isinstance(y, da.Array)
     ref = ref_layer_norm(BN_X, (0, 2), BN_G.astype(np.float64).reshape(1, 4, 1))[0]
     assert_close(np.asarray(y), ref, 4e-5 * (1 + np.abs(ref)), "y")
+
+
+# --------------------------------------------------------------------------
+# batch_norm's gradients
+
+@st.composite
+def fast_batch_gradients(draw):
+    """A batch_norm_backward call: x and dy of 2 to 4 dimensions in any
+    layout; axis None (every axis but 1), those axes written out, or any
+    axes that leave one; training or eval; the forward's statistics in
+    keepdims or kept shape, float32 or float64; gamma of the kept shape and
+    any float dtype or none; out= arrays or not."""
+    ndim = draw(st.integers(2, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim)))
+    but_1 = tuple(a for a in range(ndim) if a != 1)
+    axis = draw(st.one_of(st.none(), st.just(but_1), any_axes(ndim)))
+    axes = but_1 if axis is None else _sorted_axes(axis, ndim)
+    if len(axes) == ndim:
+        axes = but_1 if axis is None else axes[1:]
+        axis = None if axis is None else axes
+    kept = tuple(a for a in range(ndim) if a not in axes)
+    if np.prod([shape[a] for a in axes]) < 2:      # training's forward needs two values
+        shape = tuple(2 if a == axes[0] else n for a, n in enumerate(shape))
+    dtype = np.dtype(draw(st.sampled_from(FLOATS)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    layouts = st.sampled_from(["C", "F", "reversed", "every other"])
+    x = rng.standard_normal(shape) * rng.uniform(0.1, 10) + draw(st.sampled_from([0.0, 5.0]))
+    x = _grad_laid_out(x.astype(dtype), draw(layouts))
+    dy = _grad_laid_out(rng.standard_normal(shape).astype(dtype), draw(layouts))
+    g_dtype = draw(st.sampled_from([None] + FLOATS))
+    gamma = None
+    if g_dtype is not None:
+        gamma = _grad_laid_out(rng.uniform(0.5, 2.0, [shape[a] for a in kept]).astype(g_dtype),
+                               draw(st.sampled_from(["C", "reversed", "misaligned"])))
+    stats = fastnorm.batch_norm(x, gamma, axis=axis, return_stats=True)[1:]
+    given_stats = stats
+    if draw(st.booleans()):                                       # the kept shape
+        given_stats = tuple(s.reshape([shape[a] for a in kept]) for s in stats)
+    if draw(st.booleans()):
+        given_stats = tuple(s.astype(np.float64) for s in given_stats)
+    return dict(dy=dy, x=x, stats=stats, given=given_stats, gamma=gamma, axis=axis, axes=axes,
+                kept=kept, training=draw(st.booleans()),
+                out=draw(st.sampled_from([None, "all", "dx", "grads"])))
+
+
+def _batch_grad(call, fresh_out=True):
+    out = None
+    if call["out"] is not None:
+        pdt = (call["gamma"].dtype if call["gamma"] is not None
+               else F64 if call["x"].dtype == F64 else np.float32)
+        named = [call["x"].shape[a] for a in call["kept"]]
+        grads = call["out"] in ("all", "grads")
+        out = (np.full_like(call["x"], 7) if call["out"] in ("all", "dx") else None,
+               np.full(named, 7, pdt) if grads else None,
+               np.full(named, 7, pdt) if grads else None)
+    return out, fastnorm.batch_norm_backward(call["dy"], call["x"], *call["given"], call["gamma"],
+                                             axis=call["axis"], training=call["training"],
+                                             out=out)
+
+
+@given(fast_batch_gradients())
+def test_fast_batch_norm_gradients_are_the_general_path(call):
+    inputs = (call["dy"], call["x"], *call["given"], call["gamma"])
+    before = [None if a is None else fingerprint(a) for a in inputs]
+    route = fastnorm.explain(fastnorm.batch_norm_backward, call["dy"], call["x"], *call["given"],
+                             call["gamma"], axis=call["axis"], training=call["training"])
+    assert route["fast_path"], route
+    out, got = _batch_grad(call)
+    if out is not None:
+        for o, g in zip(out, got):
+            assert o is None or g is o, "an out= array was not the one returned"
+    with fastpath.general_path():
+        _, general = _batch_grad(call)
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), got, general):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert_bitwise(a, b, f"fast {name} against the general path")
+    assert [None if a is None else fingerprint(a) for a in inputs] == before, "an input changed"
+    _assert_grads_near_reference(got, call["dy"], call["x"], call["axes"], call["kept"],
+                                 call["gamma"], "center" if call["training"] else "scale",
+                                 call["stats"])
+
+
+@pytest.mark.parametrize("what, kwargs", [
+    ("training as a NumPy bool", dict(training=np.True_)),
+    ("a keepdims gamma", dict(gamma=np.ones((1, 4, 1), np.float32))),
+    ("where=", dict(where=np.ones((3, 4, 5), bool))),
+])
+def test_other_batch_norm_gradients_take_the_general_path(what, kwargs):
+    x, dy = (np.random.default_rng(3).standard_normal((3, 4, 5)).astype(np.float32)
+             for _ in range(2))
+    _, mean, rstd = fastnorm.batch_norm(x, return_stats=True)
+    call = dict(dict(gamma=None, training=True), **kwargs)
+    gamma = call.pop("gamma")
+    assert not fastnorm.explain(fastnorm.batch_norm_backward, dy, x, mean, rstd, gamma,
+                                **call)["fast_path"]
+    dx, dgamma, dbeta = fastnorm.batch_norm_backward(dy, x, mean, rstd, gamma, **call)
+    got = (dx, dgamma.reshape(4), dbeta.reshape(4))     # (gamma's shape: a keepdims one)
+    _assert_grads_near_reference(got, dy, x, (0, 2), (1,), None if gamma is None
+                                 else gamma.reshape(4), "center", (mean, rstd))
+
+
+@pytest.mark.parametrize("what, kwargs, exc", [
+    ("axis None with a 1-d x", dict(x=np.ones(4, np.float32)), ValueError),
+    ("gamma of the normalized shape", dict(gamma=np.ones((3, 5), np.float32)), ValueError),
+    ("statistics of the wrong shape", dict(rstd=np.ones((1, 3, 1))), ValueError),
+])
+def test_refused_batch_norm_gradients_raise_as_the_general_path(what, kwargs, exc):
+    x = np.random.default_rng(4).standard_normal((3, 4, 5)).astype(np.float32)
+    _, mean, rstd = fastnorm.batch_norm(x, return_stats=True)
+    a = dict(dict(dy=np.ones_like(x), x=x, mean=mean, rstd=rstd, gamma=None), **kwargs)
+    if a["x"].ndim == 1:
+        a["dy"] = np.ones_like(a["x"])
+    assert _simd.kernels.fast_norm_backward(_simd.kernels.GRAD_MODES["center"], a["dy"], a["x"],
+                                            a["mean"], a["rstd"], a["gamma"], None, None, 3,
+                                            True) is None
+    with pytest.raises(exc):
+        fastnorm.batch_norm_backward(a["dy"], a["x"], a["mean"], a["rstd"], a["gamma"])
 
 
 # Spellings of one call: each takes the fast path and gives its bits.
