@@ -1,8 +1,9 @@
 """asv benchmarks for ways of calling: small calls allocating their output
 or writing into ``out=`` (the fast path's cost beside the kernel's), with
 their statistics (``return_stats``), small gradients, over other axes than
-the last, the same small call spelled the ways users write it, and where= /
-masked arrays beside the unmasked call on the same data."""
+the last, small group and instance norms, the same small call spelled the
+ways users write it, and where= / masked arrays beside the unmasked call on
+the same data."""
 import inspect
 import warnings
 
@@ -133,6 +134,28 @@ class OtherAxes(_OneCall):
             gamma = gain if "gain" in case else None
             f = getattr(fastnorm, func)
             self._start(lambda: f(x, gamma, axis=axis, out=out))
+
+
+class SmallGroupNorm(_OneCall):
+    """A small float32 group_norm (8 groups) or instance_norm of images
+    between convolutions, allocating, on one thread."""
+    params = [["group_norm", "instance_norm"],
+              ["(8, 64, 7, 7)", "(8, 64, 7, 7), gain and bias", "(1, 32, 16, 16), gain and bias"]]
+    param_names = ["func", "case"]
+
+    def setup(self, func, case):
+        import fastnorm
+        shape = tuple(int(s) for s in case.split(")")[0].strip("(").split(","))
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(shape).astype(np.float32)
+        params = ()
+        if "gain" in case:
+            params = (rng.uniform(0.5, 2, shape[1]).astype(np.float32),
+                      rng.standard_normal(shape[1]).astype(np.float32))
+        if func == "group_norm":
+            self._start(lambda: fastnorm.group_norm(x, 8, *params))
+        else:
+            self._start(lambda: fastnorm.instance_norm(x, *params))
 
 
 # python -m fastnorm's small calls (fastnorm._small_calls), by label and

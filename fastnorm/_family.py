@@ -7,6 +7,7 @@ import operator
 import numpy as np
 from numpy.exceptions import AxisError
 
+from . import _simd
 from ._args import (as_input, axes_tuple, check_eps, check_out, keepdims_shape, param,
                     result_dtypes, split_out)
 from ._call import deliver, normalize
@@ -170,6 +171,10 @@ def group_norm(x, num_groups, gamma=None, beta=None, *, channel_axis=1, eps=1e-5
     >>> y[0, :2].round(3).ravel()
     array([-1.528, -1.091, -0.655, -0.218,  0.218,  0.655,  1.091,  1.528])
     """
+    fast = _simd.kernels.fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out,
+                                         dtype, return_stats)
+    if fast is not None:
+        return fast
     if any_dask(x, gamma, beta):
         return via_dask(group_norm, locals())
     x = as_input(x)
@@ -278,6 +283,12 @@ def instance_norm(x, gamma=None, beta=None, *, channel_axis=1, eps=1e-5, out=Non
     >>> dbeta
     array([2., 2.])
     """
+    if (type(x) is np.ndarray and type(channel_axis) is int
+            and -x.ndim <= channel_axis < x.ndim):
+        fast = _simd.kernels.fast_group_norm(x, x.shape[channel_axis], gamma, beta, channel_axis,
+                                             eps, out, dtype, return_stats)
+        if fast is not None:
+            return fast
     if any_dask(x, gamma, beta):
         return via_dask(instance_norm, locals())
     x = as_input(x)

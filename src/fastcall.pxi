@@ -698,3 +698,80 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
     if n_out == 2:
         return dx, param_result(dg, pt, outs[1])
     return dx, param_result(dg, pt, outs[1]), param_result(db, pt, outs[2])
+
+
+def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, return_stats):
+    """group_norm (and instance_norm through it) of a C-contiguous x with
+    dtype None, gain and bias of shape (C,): y, or with return_stats (and no
+    out=) (y, mean, rstd) as the general path gives them; or None.  The
+    kernel call is the general path's: x seen with its channel axis split
+    into (groups, channels per group), statistics over every axis of that
+    view but 0 and the groups'."""
+    cdef cnp.ndarray xa, y, s0 = None, s1 = None
+    cdef cnp.npy_intp vdims[MAX_DIMS]
+    cdef cnp.npy_intp sdims[MAX_DIMS]
+    cdef int ndim, ch, a, threads, t
+    cdef Py_ssize_t groups, c
+    cdef double e
+    cdef bint fresh = out is None, stats
+    cdef tuple reduced, along, view
+    if dtype is not None or not stats_wanted(return_stats, out, &stats):
+        return None
+    if not behaved_float(x) or not eps_value(eps, &e):
+        return None
+    if type(num_groups) is not int or type(channel_axis) is not int:
+        return None
+    xa = <cnp.ndarray>x
+    ndim = cnp.PyArray_NDIM(xa)
+    if (ndim < 2 or ndim >= MAX_DIMS or cnp.PyArray_SIZE(xa) == 0
+            or not cnp.PyArray_IS_C_CONTIGUOUS(xa) or not -ndim <= channel_axis < ndim):
+        return None
+    ch = channel_axis % ndim
+    c = cnp.PyArray_DIM(xa, ch)
+    if ch == 0 or not 1 <= num_groups <= c or c % <Py_ssize_t>num_groups != 0:
+        return None
+    groups = num_groups
+    for a in range(ndim + 1):
+        vdims[a] = (cnp.PyArray_DIM(xa, a) if a < ch else groups if a == ch
+                    else c // groups if a == ch + 1 else cnp.PyArray_DIM(xa, a - 1))
+        sdims[a] = vdims[a] if a == 0 or a == ch else 1
+    view = dims_tuple(ndim + 1, vdims)
+    reduced = tuple([a != 0 and a != ch for a in range(ndim + 1)])
+    along = tuple([a == ch or a == ch + 1 for a in range(ndim + 1)])
+    g = b = None
+    for p in (gamma, beta):
+        if p is not None and not (type(p) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>p) == 1
+                                  and cnp.PyArray_DIM(<cnp.ndarray>p, 0) == c):
+            return None
+    if gamma is not None:
+        g = param_f64(gamma.reshape((groups, c // groups)), along, vdims)
+    if beta is not None:
+        b = param_f64(beta.reshape((groups, c // groups)), along, vdims)
+    if g is False or b is False:
+        return None
+    if fresh:
+        y = cnp.PyArray_EMPTY(ndim, cnp.PyArray_DIMS(xa), cnp.PyArray_TYPE(xa), 0)
+    elif out is x:
+        if not writable_like(out, xa, True):
+            return None
+        y = xa
+    elif writable_like(out, xa, True) and not overlap(<cnp.ndarray>out, xa):
+        y = <cnp.ndarray>out
+    else:
+        return None
+    if stats:
+        s0 = cnp.PyArray_EMPTY(ndim + 1, sdims, cnp.NPY_DOUBLE, 0)
+        s1 = cnp.PyArray_EMPTY(ndim + 1, sdims, cnp.NPY_DOUBLE, 0)
+    xv = xa.reshape(view)
+    yv = y.reshape(view)
+    threads = threads_for(cnp.PyArray_SIZE(xa))
+    explaining_forward(xv, yv, g, b, s0, s1, None, reduced, MODE_CENTER, threads, fresh)
+    run_forward(xv, yv, g, b, s0, s1, None, reduced, MODE_CENTER, e, threads, fresh)
+    if not stats:
+        return y
+    # (N, G, 1, ...) as x's shape with the groups on the channel axis
+    for a in range(ndim):
+        sdims[a] = cnp.PyArray_DIM(xa, 0) if a == 0 else groups if a == ch else 1
+    t = cnp.PyArray_TYPE(xa)
+    view = dims_tuple(ndim, sdims)
+    return y, stat_result(s0.reshape(view), t), stat_result(s1.reshape(view), t)

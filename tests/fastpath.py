@@ -25,7 +25,8 @@ def batch_norm_call(x, gamma, beta, running_mean, running_var, training, momentu
                                              training, momentum, eps, axis, out, None, False)
 
 
-_ENTRIES = ("fast_norm", "fast_mean_var", "fast_norm_backward", "fast_batch_norm")
+_ENTRIES = ("fast_norm", "fast_mean_var", "fast_norm_backward", "fast_batch_norm",
+            "fast_group_norm")
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The fast path for small calls: layer_norm, rms_norm, mean_var and the
 gradients of layer_norm and rms_norm over any axes, batch_norm over every
-axis but 1 and its gradients over any axes: y, and with return_stats (no
-out=) the statistics too.
+axis but 1 and its gradients over any axes, group_norm and instance_norm
+of C-contiguous x: y, and with return_stats (no out=) the statistics too.
 
 The fast path's entries (fastnorm._simd.kernels.fast_norm, fast_mean_var,
 fast_norm_backward, fast_batch_norm; tests/fastpath.py calls them with the
@@ -23,8 +23,9 @@ from hypothesis import given, strategies as st
 import fastnorm
 from fastnorm import _simd
 import fastpath
-from reference import (OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_layer_norm,
-                       ref_mean_var, ref_norm_grads, ref_rms_norm, ref_running_update, tiny)
+from reference import (OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_group_norm,
+                       ref_layer_norm, ref_mean_var, ref_norm_grads, ref_rms_norm,
+                       ref_running_update, tiny)
 from routes import assert_route
 
 TAKEN = {"fast_path": True}
@@ -1369,6 +1370,121 @@ def test_refused_batch_norm_gradients_raise_as_the_general_path(what, kwargs, ex
                                             True) is None
     with pytest.raises(exc):
         fastnorm.batch_norm_backward(a["dy"], a["x"], a["mean"], a["rstd"], a["gamma"])
+
+
+# --------------------------------------------------------------------------
+# group_norm and instance_norm
+
+@st.composite
+def fast_group_norms(draw):
+    """A C-contiguous x of 2 to 4 dimensions (N, C, ...) or with the
+    channels elsewhere, a number of groups that divides C, gain and bias of
+    shape (C,) of any float dtype and layout or none, an eps, out= or not,
+    the statistics or not."""
+    ndim = draw(st.integers(2, 4))
+    ch = draw(st.integers(1, ndim - 1))
+    groups = draw(st.integers(1, 4))
+    shape = [draw(st.integers(1, 5)) for _ in range(ndim)]
+    shape[ch] = groups * draw(st.integers(1, 4))
+    dtype = np.dtype(draw(st.sampled_from(FLOATS)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = (rng.standard_normal(shape) * rng.uniform(0.1, 10)
+         + draw(st.sampled_from([0.0, 5.0]))).astype(dtype)
+    c = shape[ch]
+    params = []
+    for role in ("gamma", "beta"):
+        p_dtype = draw(st.sampled_from([None] + FLOATS))
+        values = rng.uniform(0.5, 2.0, c) if role == "gamma" else rng.standard_normal(c)
+        params.append(None if p_dtype is None else _laid_out(
+            values.astype(p_dtype), draw(st.sampled_from(["C", "reversed", "misaligned"]))))
+    return dict(x=x, groups=groups, gamma=params[0], beta=params[1],
+                channel_axis=draw(st.sampled_from([ch, ch - ndim])),
+                eps=draw(st.sampled_from([1e-5, 0.0, 0.5])),
+                out=draw(st.sampled_from([None, "out", "in place"])),
+                stats=draw(st.booleans()))
+
+
+def _group_call(call, x=None):
+    x = call["x"] if x is None else x
+    out = None if call["out"] is None else x if call["out"] == "in place" else np.full_like(x, 7)
+    stats = call["stats"] and out is None
+    return out, fastnorm.group_norm(x, call["groups"], call["gamma"], call["beta"],
+                                    channel_axis=call["channel_axis"], eps=call["eps"], out=out,
+                                    return_stats=stats)
+
+
+@given(fast_group_norms())
+def test_fast_group_norm_is_the_general_path(call):
+    # GroupNorm between a network's convolutions is a small call as often
+    # as not (a few images of small maps); instance_norm is its own groups.
+    x = call["x"]
+    before = [None if a is None else fingerprint(a) for a in (x, call["gamma"], call["beta"])]
+    route = fastnorm.explain(fastnorm.group_norm, x, call["groups"], call["gamma"], call["beta"],
+                             channel_axis=call["channel_axis"], eps=call["eps"])
+    assert route["fast_path"], route
+    if call["out"] == "in place":
+        got_x, want_x = x.copy(), x.copy()
+        out, got = _group_call(call, got_x)
+        with fastpath.general_path():
+            _, want = _group_call(call, want_x)
+    else:
+        out, got = _group_call(call)
+        with fastpath.general_path():
+            _, want = _group_call(call)
+    got, want = (r if isinstance(r, tuple) else (r,) for r in (got, want))
+    if out is not None:
+        assert got[0] is out, "out= was not the array returned"
+    for name, a, b in zip(("y", "mean", "rstd"), got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert_bitwise(a, b, f"fast {name} against the general path")
+    assert [None if a is None else fingerprint(a)
+            for a in (x, call["gamma"], call["beta"])] == before, "an input changed"
+    g, b = (None if p is None else p.astype(np.float64) for p in (call["gamma"], call["beta"]))
+    ref = ref_group_norm(x, call["groups"], call["channel_axis"], g, b, call["eps"])
+    assert_close(got[0], ref[0], OUT_TOL[x.dtype] * 4 * (1.0 + np.abs(ref[0])), "y")
+
+
+def test_instance_norm_takes_the_fast_path():
+    x = np.random.default_rng(8).standard_normal((2, 6, 5, 5)).astype(np.float32)
+    g = np.linspace(0.5, 1.5, 6).astype(np.float32)
+    assert fastnorm.explain(fastnorm.instance_norm, x, g)["fast_path"]
+    assert_bitwise(fastnorm.instance_norm(x, g), fastpath.general(fastnorm.instance_norm, x, g),
+                   "instance_norm")
+
+
+@pytest.mark.parametrize("what, change", [
+    ("a Fortran-order x", lambda a: dict(a, x=np.asfortranarray(a["x"]))),
+    ("a NumPy integer for the groups", lambda a: dict(a, groups=np.int64(2))),
+    ("a keepdims gamma", lambda a: dict(a, gamma=np.ones((1, 4, 1), np.float32))),
+    ("dtype=", lambda a: dict(a, dtype=np.float64)),
+    ("statistics into out=", lambda a: dict(a, out=(None, None, None), return_stats=True)),
+])
+def test_other_group_norms_take_the_general_path(what, change):
+    x = np.random.default_rng(9).standard_normal((3, 4, 5)).astype(np.float32)
+    a = change(dict(x=x, groups=2, gamma=None))
+    kwargs = {k: v for k, v in a.items() if k not in ("x", "groups", "gamma")}
+    assert not fastnorm.explain(fastnorm.group_norm, a["x"], a["groups"], a["gamma"],
+                                **kwargs)["fast_path"]
+    got = fastnorm.group_norm(a["x"], a["groups"], a["gamma"], **kwargs)
+    ref = ref_group_norm(np.asarray(a["x"]), 2)[0]
+    assert_close(got[0] if isinstance(got, tuple) else got, ref, 4e-5 * (1 + np.abs(ref)), "y")
+
+
+@pytest.mark.parametrize("what, kwargs, exc", [
+    ("groups that do not divide C", dict(num_groups=3), ValueError),
+    ("channel_axis 0", dict(channel_axis=0), ValueError),
+    ("a channel_axis out of range", dict(channel_axis=3), np.exceptions.AxisError),
+    ("gamma of the wrong size", dict(gamma=np.ones(3, np.float32)), ValueError),
+    ("a negative eps", dict(eps=-1.0), ValueError),
+])
+def test_refused_group_norms_raise_as_the_general_path(what, kwargs, exc):
+    x = np.random.default_rng(10).standard_normal((3, 4, 5)).astype(np.float32)
+    a = dict(dict(num_groups=2, gamma=None), **kwargs)
+    assert _simd.kernels.fast_group_norm(x, a.pop("num_groups"), a.pop("gamma"), None,
+                                         a.get("channel_axis", 1), a.get("eps", 1e-5), None,
+                                         None, False) is None
+    with pytest.raises(exc):
+        fastnorm.group_norm(x, **dict(dict(num_groups=2), **kwargs))
 
 
 # Spellings of one call: each takes the fast path and gives its bits.
