@@ -217,6 +217,20 @@ cdef inline bint stats_wanted(object return_stats, object out, bint* want):
     return return_stats is True and out is None
 
 
+cdef object norm_target(object out, cnp.ndarray x):
+    """The array a normalizer's kernel writes y into: a new one like x (out
+    None), x itself (out=x: each slice is read before it is written), or an
+    out= the kernel writes directly (C-contiguous, of x's kind, apart from
+    x); None for any other out=."""
+    if out is None:
+        return PyArray_NewLikeArray(x, cnp.NPY_KEEPORDER, NULL, 0)
+    if not writable_like(out, x, True):
+        return None
+    if out is x or not overlap(<cnp.ndarray>out, x):
+        return out
+    return None
+
+
 def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
     """layer_norm (mode center) or rms_norm (rms, beta None) over any axes
     with dtype None, gain and bias of the normalized shape: y, or with
@@ -244,16 +258,8 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
     b = param_f64(beta, reduced, cnp.PyArray_DIMS(xa))
     if g is False or b is False:
         return None
-    if fresh:
-        y = PyArray_NewLikeArray(xa, cnp.NPY_KEEPORDER, NULL, 0)
-    elif out is x:
-        # In place: each slice is read before it is written.
-        if not writable_like(out, xa, True):
-            return None
-        y = xa
-    elif writable_like(out, xa, True) and not overlap(<cnp.ndarray>out, xa):
-        y = <cnp.ndarray>out
-    else:
+    y = norm_target(out, xa)
+    if y is None:
         return None
     if stats:
         # (mean, rstd) or (mean of squares, rstd), float64 in keepdims layout
@@ -749,15 +755,8 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
         b = param_f64(beta.reshape((groups, c // groups)), along, vdims)
     if g is False or b is False:
         return None
-    if fresh:
-        y = cnp.PyArray_EMPTY(ndim, cnp.PyArray_DIMS(xa), cnp.PyArray_TYPE(xa), 0)
-    elif out is x:
-        if not writable_like(out, xa, True):
-            return None
-        y = xa
-    elif writable_like(out, xa, True) and not overlap(<cnp.ndarray>out, xa):
-        y = <cnp.ndarray>out
-    else:
+    y = norm_target(out, xa)
+    if y is None:
         return None
     if stats:
         s0 = cnp.PyArray_EMPTY(ndim + 1, sdims, cnp.NPY_DOUBLE, 0)
