@@ -16,6 +16,8 @@ cdef enum:
     # for a vector.
     WRAP = 32
     COEF32_STRIDE = 3 * (COL_TILE + WRAP)
+    # Runs of R.runs_out a call of the rows pass (their coefficients on the stack).
+    RUNS_PIECE = 64
 
 
 cdef inline int tcode(in_t* kind) noexcept nogil:
@@ -52,6 +54,9 @@ cdef struct SlicePlan:
     Py_ssize_t n_runs
     Py_ssize_t run_len
     Py_ssize_t n_chunks       # blocks per run
+    Py_ssize_t stat_runs      # the runs the statistics see: n_runs, or with
+    Py_ssize_t stat_len       # R.flat one run of the whole slice
+    Py_ssize_t stat_chunks    # blocks per statistics run
     Moments* blocks           # WAY_SPLIT: one per (slice, run, block)
     Coef* coefs               # WAY_SPLIT: one per slice
     float* g32                # float32 pass: gamma and beta along the run as
@@ -68,6 +73,20 @@ cdef inline const char* run_start(const SlicePlan* p, const Odometer* s, const O
     return p.L.base[k] + s.off[k] + r.off[k]
 
 
+cdef inline void plan_runs(SlicePlan* p, const Layout* L, const Route* R) noexcept nogil:
+    """A slice's runs (the outer reduced axes) and their blocks, for the
+    output and for the statistics."""
+    cdef int a
+    p.run_len = L.red[L.n_red - 1].size
+    p.n_runs = 1
+    for a in range(L.n_red - 1):
+        p.n_runs *= L.red[a].size
+    p.n_chunks = (p.run_len + CHUNK - 1) // CHUNK
+    p.stat_runs = 1 if R.flat else p.n_runs
+    p.stat_len = L.slice_len if R.flat else p.run_len
+    p.stat_chunks = (p.stat_len + CHUNK - 1) // CHUNK
+
+
 cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) noexcept nogil:
     if p.mode == MODE_RMS:
         return 0.0               # block_moments sums squares of x itself
@@ -77,14 +96,14 @@ cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) 
 cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const Odometer* r,
                                   Py_ssize_t b, double pivot, const char* ahead_end,
                                   in_t* ki) noexcept nogil:
-    """The moments of block b of run r of slice s; contiguous data fetches
-    ahead up to ahead_end (NULL: to the end of the run)."""
+    """The moments of block b of statistics run r of slice s; contiguous
+    data fetches ahead up to ahead_end (NULL: to the end of the run)."""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     cdef Py_ssize_t start = b * CHUNK
-    cdef Py_ssize_t n = min(<Py_ssize_t>CHUNK, p.run_len - start)
+    cdef Py_ssize_t n = min(<Py_ssize_t>CHUNK, p.stat_len - start)
     cdef const char* run = run_start(p, s, r, OP_X)
     if ahead_end == NULL:
-        ahead_end = run + p.run_len * inner.stride[OP_X]
+        ahead_end = run + p.stat_len * inner.stride[OP_X]
     if p.mode == MODE_RMS:
         return square_sums(run + start * inner.stride[OP_X], inner.stride[OP_X], n,
                            ahead_end, ki)
@@ -238,7 +257,7 @@ cdef inline void prefetch_slice(const SlicePlan* p, Py_ssize_t si) noexcept nogi
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     odo_init(&s, p.L.kept, p.L.n_kept, si)
     fetch_lines(p.L.base[OP_X] + s.off[OP_X],
-                min(<Py_ssize_t>PREFETCH_BYTES, p.run_len * inner.stride[OP_X]))
+                min(<Py_ssize_t>PREFETCH_BYTES, p.stat_len * inner.stride[OP_X]))
 
 
 cdef inline void prefetch_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
@@ -249,10 +268,10 @@ cdef inline void prefetch_run(const SlicePlan* p, const Odometer* s, const Odome
 
 cdef inline Py_ssize_t run_ahead_bytes(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
     """How much of each run of slice si + 1 slice si prefetches: 0 for
-    single runs, runs over IMAGE_RUN_BYTES (the hardware prefetchers follow
-    those) and the last slice."""
+    single runs or blocks (R.flat), runs over IMAGE_RUN_BYTES (the hardware
+    prefetchers follow those) and the last slice."""
     cdef Py_ssize_t run_bytes = p.run_len * p.L.red[p.L.n_red - 1].stride[OP_X]
-    if p.n_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > IMAGE_RUN_BYTES:
+    if p.stat_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > IMAGE_RUN_BYTES:
         return 0
     return min(<Py_ssize_t>RUN_AHEAD_BYTES, run_bytes)
 
@@ -334,14 +353,89 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
         acc = short_runs_moments(p, s, pivot, &s_next, run_ahead, ki)
     else:
         odo_init(&r, L.red, L.n_red - 1, 0)
-        for ri in range(p.n_runs):
+        for ri in range(p.stat_runs):
             if run_ahead > 0:
                 prefetch_run(p, &s_next, &r, run_ahead)
-            for b in range(p.n_chunks):
+            for b in range(p.stat_chunks):
                 m = block_moments(p, s, &r, b, pivot, p.x_end, ki)
                 moments_merge(&acc, &m)
             odo_next(&r, L.red, L.n_red - 1)
     return finish(acc, pivot, p.mode, p.eps, L, s.off[OP_S])
+
+
+cdef void slice_runs(const SlicePlan* p, const Odometer* s, Coef c, in_t* ki,
+                     out_t* ko) noexcept nogil:
+    """The output of slice s, run after run (as rows with R.runs_out)."""
+    cdef Odometer r
+    cdef Py_ssize_t ri
+    if p.R.runs_out:
+        runs_rows(p, s, c, ki, ko)
+        return
+    odo_init(&r, p.L.red, p.L.n_red - 1, 0)
+    for ri in range(p.n_runs):
+        out_run(p, s, &r, 0, p.run_len, c, NULL, False, ki, ko)
+        odo_next(&r, p.L.red, p.L.n_red - 1)
+
+
+cdef inline void slice_runs_of(const SlicePlan* p, Py_ssize_t si, Coef c, in_t* ki,
+                               out_t* ko) noexcept nogil:
+    cdef Odometer s
+    odo_init(&s, p.L.kept, p.L.n_kept, si)
+    slice_runs(p, &s, c, ki, ko)
+
+
+cdef void runs_rows(const SlicePlan* p, const Odometer* s, Coef c, in_t* ki,
+                    out_t* ko) noexcept nogil:
+    """R.runs_out: the short runs of slice s (one block of x and of y) as
+    the rows of the rows pass, RUNS_PIECE a call, each run's gain and bias
+    folded into its coefficients; a piece whose coefficients float32
+    cannot hold goes run by run (out_run).  Run by run, each run's call
+    costs as much as its few values."""
+    cdef const Layout* L = p.L
+    cdef Odometer r, r0
+    cdef float fm[RUNS_PIECE]
+    cdef float fk2[RUNS_PIECE]
+    cdef float fk0[RUNS_PIECE]
+    cdef double dm[RUNS_PIECE]
+    cdef double dk2[RUNS_PIECE]
+    cdef double dk0[RUNS_PIECE]
+    cdef Py_ssize_t ri = 0, k, cnt, n = p.run_len
+    cdef const char* x
+    cdef char* y
+    cdef double g, b
+    cdef bint ok
+    odo_init(&r, L.red, L.n_red - 1, 0)
+    while ri < p.n_runs:
+        cnt = min(<Py_ssize_t>RUNS_PIECE, p.n_runs - ri)
+        x = L.base[OP_X] + s.off[OP_X] + ri * n * <Py_ssize_t>sizeof(in_t)
+        y = L.base[OP_Y] + s.off[OP_Y] + ri * n * <Py_ssize_t>sizeof(out_t)
+        ok = True
+        for k in range(cnt):
+            g = param_at(run_start(p, s, &r, OP_G))[0]
+            b = param_at(run_start(p, s, &r, OP_B))[0]
+            if in_t is float and out_t is float:
+                ok = ok and affine_f(c, g, b, &fm[k], &fk2[k], &fk0[k])
+            else:
+                affine_d(c, g, b, &dm[k], &dk2[k], &dk0[k])
+            odo_next(&r, L.red, L.n_red - 1)
+        if in_t is float and out_t is float:
+            if ok:
+                fn_rows_f(x, 1, y, 1, NULL, cnt, n, fm, fk2, fk0, NULL, NULL, NULL, FN_PLAIN,
+                          p.R.stream)
+            else:
+                odo_init(&r0, L.red, L.n_red - 1, ri)
+                for k in range(cnt):
+                    out_run(p, s, &r0, 0, n, c, NULL, False, ki, ko)
+                    odo_next(&r0, L.red, L.n_red - 1)
+        elif in_t is double and out_t is double:
+            fn_rows_d(x, 2, y, 2, NULL, cnt, n, dm, dk2, dk0, NULL, NULL, NULL, FN_PLAIN,
+                      p.R.stream)
+        else:
+            odo_init(&r0, L.red, L.n_red - 1, ri)
+            for k in range(cnt):     # not routed here (R.runs_out: x and y alike)
+                out_run(p, s, &r0, 0, n, c, NULL, False, ki, ko)
+                odo_next(&r0, L.red, L.n_red - 1)
+        ri = ri + cnt
 
 
 cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) noexcept nogil:
@@ -360,6 +454,9 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
     odo_init(&s, L.kept, L.n_kept, si)
     c = slice_coef(p, si, &s, ki)
     if not p.has_y:
+        return
+    if p.R.runs_out:
+        runs_rows(p, &s, c, ki, ko)
         return
     nxt = si - 1 if down else si + 1
     if 0 <= nxt < L.n_slices:
@@ -402,27 +499,26 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
 
 cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
                      out_t* ko) noexcept nogil:
-    """WAY_LANES: slices first .. first + count, each one short run, FN_W
-    at a time: the runs are copied side by side (value j of every slice in
-    one vector), so one vector Welford update serves FN_W slices; then each
-    slice is finished and written.  A slice's own way (lanes along the
+    """WAY_LANES: slices first .. first + count, each one short run (or
+    block of runs, R.flat), FN_W at a time: the runs are copied side by
+    side (value j of every slice in one vector), so one vector Welford
+    update serves FN_W slices; then each slice is finished and written.  A slice's own way (lanes along the
     slice, merged) costs more per slice than its few values do."""
     cdef const Layout* L = p.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
-    cdef Py_ssize_t n = p.run_len, sx = inner.stride[OP_X], i = first, j
+    cdef Py_ssize_t n = p.stat_len, sx = inner.stride[OP_X], i = first, j
     cdef double buf[SHORT_SLICE_MAX * 8]
     cdef double piv[8]
     cdef double lane_mean[8]
     cdef double lane_m2[8]
     cdef Odometer at[8]
-    cdef Odometer s, r
+    cdef Odometer s
     cdef fn_vd mean, m2
     cdef Moments m
     cdef Coef c
     cdef const char* xp
     cdef int l, lanes, k
     odo_init(&s, L.kept, L.n_kept, first)
-    odo_init(&r, L.red, L.n_red - 1, 0)
     while i < first + count:
         lanes = <int>min(<Py_ssize_t>FN_W, first + count - i)
         for l in range(FN_W):
@@ -452,14 +548,14 @@ cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
             m.m2 = lane_m2[l]
             c = finish(m, piv[l], p.mode, p.eps, L, at[l].off[OP_S])
             if p.has_y:
-                out_run(p, &at[l], &r, 0, n, c, NULL, False, ki, ko)
+                slice_runs(p, &at[l], c, ki, ko)
         i = i + lanes
 
 
 cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
                     out_t* ko) noexcept nogil:
     """WAY_ROWS: slices first .. first + count (R.batch at most), each one
-    short contiguous run.  Statistics FN_W slices at a time: their moments
+    short contiguous run (or block of runs, R.flat).  Statistics FN_W slices at a time: their moments
     (rows_moments) for the whole item, then their scales and, with no
     statistics to write, coefficients in vectors, one lane per slice.
     Output: with R.rows_out, the rows follow each other and are written in
@@ -467,7 +563,7 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     slice."""
     cdef const Layout* L = p.L
     cdef const Route* R = p.R
-    cdef Py_ssize_t n = p.run_len, i = 0, j
+    cdef Py_ssize_t n = p.stat_len, i = 0, j
     # The item's rows, pivots and moments (FN_W lanes past the last, for a
     # vector's stand-ins): all moments first, then the scales and
     # coefficients, whose divisions and square roots then overlap from one
@@ -490,7 +586,7 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     cdef double d_m[SHORT_BATCH]
     cdef double d_k2[SHORT_BATCH]
     cdef double d_k0[SHORT_BATCH]
-    cdef Odometer s, r
+    cdef Odometer s
     cdef fn_vd var, mv, den
     cdef Moments m
     cdef bint rows_f32 = R.rows_out and R.f32, rows_f64 = R.rows_out and not R.f32
@@ -509,7 +605,6 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     cdef Py_ssize_t sx = L.kept[0].stride[OP_X] if one_axis else 0
     cdef Py_ssize_t ss = L.kept[0].stride[OP_S] if one_axis else 0
     odo_init(&s, L.kept, L.n_kept, first)
-    odo_init(&r, L.red, L.n_red - 1, 0)
     x0 = L.base[OP_X] + s.off[OP_X]
     y0 = L.base[OP_Y] + s.off[OP_Y]
     while i < count:
@@ -601,18 +696,19 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
         n_f32 = 0
     odo_init(&s, L.kept, L.n_kept, first + n_f32)
     for j in range(n_f32, count):
-        out_run(p, &s, &r, 0, n, coefs[j], NULL, False, ki, ko)
+        slice_runs(p, &s, coefs[j], ki, ko)
         odo_next(&s, L.kept, L.n_kept)
 
 
 cdef void split_stats(const SlicePlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
     """WAY_SPLIT, pass 1: the moments of one (slice, run, block)."""
     cdef Odometer s, r
-    cdef Py_ssize_t per_slice = p.n_runs * p.n_chunks
+    cdef Py_ssize_t per_slice = p.stat_runs * p.stat_chunks
     cdef Py_ssize_t si = item // per_slice, rest = item % per_slice
     odo_init(&s, p.L.kept, p.L.n_kept, si)
-    odo_init(&r, p.L.red, p.L.n_red - 1, rest // p.n_chunks)
-    p.blocks[item] = block_moments(p, &s, &r, rest % p.n_chunks, p.coefs[si].pivot, NULL, ki)
+    odo_init(&r, p.L.red, p.L.n_red - 1, rest // p.stat_chunks)
+    p.blocks[item] = block_moments(p, &s, &r, rest % p.stat_chunks, p.coefs[si].pivot, NULL,
+                                   ki)
 
 
 cdef void split_output(const SlicePlan* p, Py_ssize_t item, in_t* ki, out_t* ko) noexcept nogil:
@@ -643,14 +739,15 @@ cdef inline void slices_item(const SlicePlan* p, Py_ssize_t i, in_t* ki,
         slice_whole(p, p.L.n_slices - 1 - i if R.descend else i, ki, ko)
 
 
-cdef const char* contiguous_end(const Layout* L, Py_ssize_t n_runs, in_t* ki) noexcept nogil:
-    """The end of x when its slices are single runs that follow each other
-    in memory (C-ordered rows), else NULL."""
+cdef const char* contiguous_end(const SlicePlan* p, in_t* ki) noexcept nogil:
+    """The end of x when its slices are single runs or blocks (R.flat) that
+    follow each other in memory (C-ordered rows), else NULL."""
+    cdef const Layout* L = p.L
     cdef Py_ssize_t extent
     cdef int a
-    if n_runs != 1 or L.red[L.n_red - 1].stride[OP_X] != sizeof(in_t):
+    if p.stat_runs != 1 or L.red[L.n_red - 1].stride[OP_X] != sizeof(in_t):
         return NULL
-    extent = L.red[L.n_red - 1].size * <Py_ssize_t>sizeof(in_t)
+    extent = p.stat_len * <Py_ssize_t>sizeof(in_t)
     for a in range(L.n_kept - 1, -1, -1):
         if L.kept[a].stride[OP_X] != extent:
             return NULL
@@ -674,18 +771,14 @@ cdef int slices_forward(const Layout* L, const Route* R, int mode, double eps, b
     p.mode = mode
     p.eps = eps
     p.has_y = has_y
-    p.run_len = L.red[L.n_red - 1].size
-    p.n_runs = 1
-    for a in range(L.n_red - 1):
-        p.n_runs *= L.red[a].size
-    p.n_chunks = (p.run_len + CHUNK - 1) // CHUNK
+    plan_runs(&p, L, R)
     p.blocks = NULL
     p.coefs = NULL
     p.g32 = p.b32 = NULL
     p.g64 = p.b64 = NULL
     # Into a fresh y slices go last first: their statistics fetch within
     # the slice.  Calls in cache fetch nothing ahead.
-    p.rows_end = NULL if R.in_cache else contiguous_end(L, p.n_runs, ki)
+    p.rows_end = NULL if R.in_cache else contiguous_end(&p, ki)
     p.x_end = NULL if R.descend else p.rows_end
     if has_y and slice_tables(&p) != 0:
         free_tables(&p)
@@ -707,7 +800,7 @@ cdef int slices_forward(const Layout* L, const Route* R, int mode, double eps, b
             fn_sfence()
         free_tables(&p)
         return 0
-    per_slice = p.n_runs * p.n_chunks
+    per_slice = p.stat_runs * p.stat_chunks
     n_items = L.n_slices * per_slice
     p.coefs = <Coef*>fn_malloc(L.n_slices * sizeof(Coef))
     if p.coefs == NULL:
@@ -734,6 +827,7 @@ cdef int slices_forward(const Layout* L, const Route* R, int mode, double eps, b
             moments_merge(&acc, &p.blocks[i])
         p.coefs[si] = finish(acc, p.coefs[si].pivot, mode, eps, L, s.off[OP_S])
     if has_y:
+        n_items = L.n_slices * p.n_runs * p.n_chunks
         for i in prange(n_items, num_threads=nthreads, schedule="runtime"):
             split_output(&p, i, ki, ko)
     fn_free(p.blocks)
@@ -785,7 +879,7 @@ cdef void image_block_stats(const SlicePlan* p, Py_ssize_t blk, Py_ssize_t per_b
         else:
             odo_init(&s, L.kept, L.n_kept, 0)
             for si in range(L.n_slices):
-                for b in range(p.n_chunks):
+                for b in range(p.stat_chunks):
                     # an image's runs follow each other
                     m = block_moments(p, &s, &r, b, pivots[si], x + L.n_slices * row_bytes, ki)
                     moments_merge(&acc[si], &m)
@@ -890,7 +984,7 @@ cdef int image_output(const SlicePlan* p, const Coef* coefs, in_t* ki,
                 image_rows(p, i, fk, dk, stride, ki, ko)
         else:
             for i in prange(n, schedule="runtime"):
-                slice_runs(p, i, coefs[i], ki, ko)
+                slice_runs_of(p, i, coefs[i], ki, ko)
         fn_sfence()
     fn_free(fk)
     fn_free(dk)
@@ -913,15 +1007,6 @@ cdef inline void image_rows(const SlicePlan* p, Py_ssize_t ri, const float* fk,
                   FN_PLAIN, p.R.stream)
 
 
-cdef void slice_runs(const SlicePlan* p, Py_ssize_t si, Coef c, in_t* ki,
-                     out_t* ko) noexcept nogil:
-    cdef Odometer s, r
-    cdef Py_ssize_t ri
-    odo_init(&s, p.L.kept, p.L.n_kept, si)
-    odo_init(&r, p.L.red, p.L.n_red - 1, 0)
-    for ri in range(p.n_runs):
-        out_run(p, &s, &r, 0, p.run_len, c, NULL, False, ki, ko)
-        odo_next(&r, p.L.red, p.L.n_red - 1)
 
 
 cdef int images_forward(const Layout* L, const Route* R, int mode, double eps,
@@ -936,11 +1021,7 @@ cdef int images_forward(const Layout* L, const Route* R, int mode, double eps,
     p.mode = mode
     p.eps = eps
     p.has_y = True
-    p.run_len = L.red[L.n_red - 1].size
-    p.n_runs = 1
-    for a in range(L.n_red - 1):
-        p.n_runs *= L.red[a].size
-    p.n_chunks = (p.run_len + CHUNK - 1) // CHUNK
+    plan_runs(&p, L, R)
     p.g32 = p.b32 = NULL
     p.g64 = p.b64 = NULL
     p.rows_end = p.x_end = NULL

@@ -497,6 +497,9 @@ cdef struct Route:
     bint rows_out        # (ROWS) rows that follow each other are written as one run
     bint in_cache        # x fits the caches: the grouped rows fetch nothing ahead
     bint short_runs      # (WHOLE) statistics of several short runs a vector of runs at a time
+    bint flat            # (SLICES) each slice of several runs is one block of x: its
+                         # statistics as one run (the runs differ in gain or bias)
+    bint runs_out        # ...and its short runs written as rows, one call a slice
     bint images_out      # (CHANNELS) the output image by image, else as columns
     bint fold            # (TILES) gain and bias the same for every row: folded
                          # into the columns' coefficients
@@ -514,6 +517,18 @@ cdef inline bint same_for_all(const Layout* L, int k) noexcept nogil:
     for j in range(L.n_kept):
         if L.kept[j].stride[k] != 0:
             return False
+    return True
+
+
+cdef inline bint slice_is_block(const Layout* L, int k, Py_ssize_t size) noexcept nogil:
+    """Whether each slice of operand k (elements of `size` bytes) is one
+    block of memory, its reduced axes in C order."""
+    cdef Py_ssize_t extent = size
+    cdef int a
+    for a in range(L.n_red - 1, -1, -1):
+        if L.red[a].stride[k] != extent:
+            return False
+        extent = extent * L.red[a].size
     return True
 
 
@@ -577,7 +592,7 @@ cdef inline void route_init(Route* R, const Layout* L, int nthreads, bint fresh,
     R.threads = 1 if L.n_slices * L.slice_len < PARALLEL_MIN else nthreads
     R.stream = R.descend = R.fault_in = R.guided = False
     R.f32 = R.g_table = R.b_table = R.rows_out = R.in_cache = False
-    R.short_runs = R.images_out = R.fold = False
+    R.short_runs = R.images_out = R.fold = R.flat = R.runs_out = False
     R.row_max = R.batch = R.inner = 0
     R.fresh = fresh
     R.out_bytes = out_bytes
@@ -602,7 +617,7 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     """Decide how a forward call runs (xt, yt: the element codes of x and y,
     code_size)."""
     cdef Py_ssize_t isz = code_size(xt), run_len, n_runs = 1, row_bytes
-    cdef Py_ssize_t cached_bytes, cached_row
+    cdef Py_ssize_t cached_bytes, cached_row, stat_bytes
     cdef const Axis* inner
     cdef bint contiguous, f32
     cdef int a
@@ -657,16 +672,26 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         R.f32 = f32
         R.g_table = f32 and inner.stride[OP_G] != 0
         R.b_table = f32 and inner.stride[OP_B] != 0
+    # Runs that differ only in gain or bias (channels of a group): the
+    # slice's statistics go as one run, the runs' output one call a slice.
+    R.flat = n_runs > 1 and slice_is_block(L, OP_X, isz)
+    R.runs_out = (R.flat and has_y and xt == yt and xt != 0 and slice_is_block(L, OP_Y, isz)
+                  and inner.stride[OP_G] == 0 and inner.stride[OP_B] == 0
+                  and row_bytes <= SHORT_ROW_BYTES and not R.descend
+                  and (FN_WF <= 2 * run_len if xt == 1 else FN_W <= 2 * run_len)
+                  and (xt == 2 or R.f32))
+    stat_bytes = L.slice_len * isz if R.flat else row_bytes
     cached_bytes = CACHED_BYTES_F64 if xt == 2 else CACHED_BYTES
     cached_row = CACHED_ROW_BYTES_F64 if xt == 2 else CACHED_ROW_BYTES
-    if n_runs == 1 and L.n_slices * row_bytes <= cached_bytes:
+    if (n_runs == 1 or R.flat) and L.n_slices * stat_bytes <= cached_bytes:
         R.in_cache = True
         R.row_max = cached_row
         # whole groups of FN_W rows (a group of fewer costs as much)
         R.batch = min(<Py_ssize_t>SHORT_BATCH,
-                      max(<Py_ssize_t>FN_W, CACHED_BATCH_BYTES // row_bytes // FN_W * FN_W))
-    R.short_runs = (n_runs > 1 and mode != MODE_GIVEN and run_len >= SHORT_RUN_MIN
-                    and row_bytes <= SHORT_ROW_BYTES and contiguous)
+                      max(<Py_ssize_t>FN_W, CACHED_BATCH_BYTES // stat_bytes // FN_W * FN_W))
+    R.short_runs = (n_runs > 1 and not R.flat and mode != MODE_GIVEN
+                    and run_len >= SHORT_RUN_MIN and row_bytes <= SHORT_ROW_BYTES
+                    and contiguous)
     # Interleaved slices go image by image (float32 through the float32
     # pass with one gain a slice, float64 in and out).
     if has_y and n_runs > 1 and xt == yt and (
@@ -676,7 +701,8 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         R.way = WAY_IMAGES
         return 0
     R.pattern = SLICES
-    if n_runs == 1 and run_len >= SHORT_ROW_MIN and row_bytes <= R.row_max and contiguous:
+    if ((n_runs == 1 or R.flat) and L.slice_len >= SHORT_ROW_MIN and stat_bytes <= R.row_max
+            and contiguous):
         R.way = WAY_ROWS
         # Rows that follow each other, gain and bias the same for every row:
         # one pass over the item's rows (float32 and float64 in and out).
@@ -689,7 +715,7 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
                       and (FN_WF <= 2 * run_len if xt == 1 else FN_W <= run_len))
         if xt == 1 and not R.f32:
             R.rows_out = False
-    elif n_runs == 1 and run_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
+    elif (n_runs == 1 or R.flat) and L.slice_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
         R.way = WAY_LANES
     elif R.short_runs or R.threads <= 1 or L.n_slices >= 2 * R.threads:
         R.way = WAY_WHOLE

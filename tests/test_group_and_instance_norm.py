@@ -9,7 +9,7 @@ from hypothesis import given
 
 import fastnorm
 from reference import (OUT_TOL, assert_close, fingerprint, group_param, group_view_shape,
-                       out_dtype, ref_layer_norm, stat_dtype, tiny, tolerances)
+                       out_dtype, ref_group_norm, ref_layer_norm, stat_dtype, tiny, tolerances)
 from strategies import build_param, build_x, group_specs
 
 
@@ -133,6 +133,48 @@ def test_nchw_and_nhwc_agree(dtype, groups):
         assert_close(y2.transpose(0, 3, 1, 2), y, tol * (1 + np.abs(y.astype(np.float64))), "y")
         assert_close(m2.transpose(0, 3, 1, 2), m, 1e-6 if dtype != np.float64 else 1e-14, "mean")
         assert_close(r2.transpose(0, 3, 1, 2), r, 1e-6 * np.abs(r.astype(np.float64)), "rstd")
+
+
+# Shapes whose groups are rows in cache, whole slices of many channels,
+# and two long slices that two threads split.
+GAIN_SHAPES = [((4, 16, 10, 10), 4), ((2, 128, 14, 14), 4), ((1, 64, 48, 48), 2),
+               ((3, 6, 3, 1), 3)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("shape, groups", GAIN_SHAPES)
+def test_statistics_do_not_depend_on_gain(dtype, shape, groups):
+    # A group's channels are one block of a C-contiguous x: its statistics
+    # are taken over the block whatever the channels' gains and biases, so
+    # they are the call without them, bit for bit.
+    rng = np.random.default_rng(5)
+    x = (1 + 3 * rng.standard_normal(shape)).astype(dtype)
+    c = shape[1]
+    gamma, beta = rng.uniform(-2, 2, c).astype(dtype), rng.standard_normal(c).astype(dtype)
+    _, m0, r0 = fastnorm.group_norm(x, groups, return_stats=True)
+    y, m, r = fastnorm.group_norm(x, groups, gamma, beta, return_stats=True)
+    assert_close(m, m0, 0, "mean")
+    assert_close(r, r0, 0, "rstd")
+    yr = ref_group_norm(x, groups, 1, gamma, beta)[0]
+    tol = {np.float64: 1e-13, np.float32: 1e-5, np.float16: 1e-2}[dtype]
+    assert_close(y, yr, tol * (1 + np.abs(yr)), "y")
+
+
+@pytest.mark.parametrize("scale", [1e-36, 1e-20, 1e20])
+@pytest.mark.parametrize("shape, groups", GAIN_SHAPES[:2])
+def test_spreads_float32_cannot_scale(scale, shape, groups):
+    # rstd of 1e36 (or gains times it) is past what the float32 output pass
+    # takes: those slices are written in float64 arithmetic, the others not.
+    rng = np.random.default_rng(6)
+    x = (scale * rng.standard_normal(shape)).astype(np.float32)
+    x[1::2] = rng.standard_normal(x[1::2].shape)
+    c = shape[1]
+    gamma, beta = rng.uniform(0.5, 2, c), rng.standard_normal(c)
+    y = fastnorm.group_norm(x, groups, gamma, beta)
+    yr = ref_group_norm(x, groups, 1, gamma, beta, eps=1e-5 * scale**2)[0]
+    y = fastnorm.group_norm(x, groups, gamma, beta, eps=1e-5 * scale**2)
+    assert np.all(np.isfinite(y))
+    assert_close(y, yr, 1e-5 * (1 + np.abs(yr)), "y")
 
 
 def test_group_norm_docstring_examples():

@@ -286,8 +286,16 @@ ROUTES = [
     Route("whole: NCHW maps longer than the image pass",
           R(SLICES, "whole", float32_pass=True),
           1, lambda: batch("long maps", (3, 5, 64, 64), F32)),
-    Route("whole: group_norm, a gain per channel within each group", R(SLICES, "whole"),
+    # A gain per channel: each slice is still one block of x, whose
+    # statistics go as one row; its runs take the gain.
+    Route("rows: group_norm, a gain per channel within each group", R(SLICES, "rows"),
           1, lambda: group("group", (4, 16, 10, 10), F64, 4)),
+    Route("whole: group_norm, slices of many channels with a gain each",
+          R(SLICES, "whole", float32_pass=True),
+          1, lambda: group("group whole", (2, 128, 14, 14), F32, 4)),
+    Route("split: group_norm, two long slices with a gain per channel on two threads",
+          R(SLICES, "split", float32_pass=True, threads=2),
+          2, lambda: group("group split", (1, 64, 48, 48), F32, 2)),
     Route("rows: instance_norm", R(SLICES, "rows", float32_pass=True),
           2, lambda: instance("instance", (128, 40, 4, 4), F32)),
     Route("rows: weight_norm", R(SLICES, "rows"),

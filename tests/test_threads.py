@@ -68,6 +68,32 @@ def test_bitwise_identical_for_any_thread_count(name):
             assert_bitwise(a, b, f"{name}: result {k} with {n} threads vs 1")
 
 
+# group_norm with a gain per channel: each group one block of x, its
+# statistics one run (whole slices a thread, or two long slices split into
+# blocks on more threads than slices), its runs written with their gains.
+GROUP_CASES = {"whole": ((8, 128, 14, 14), 4), "split": ((1, 64, 48, 48), 2)}
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+@pytest.mark.parametrize("case", list(GROUP_CASES))
+def test_group_norm_bitwise_identical_for_any_thread_count(case, dtype):
+    shape, groups = GROUP_CASES[case]
+    x = _x(shape, dtype)
+    rng = np.random.default_rng(2)
+    g, b = rng.uniform(0.5, 2, shape[1]), rng.standard_normal(shape[1])
+    try:
+        fastnorm.set_num_threads(1)
+        serial = fastnorm.group_norm(x, groups, g, b, return_stats=True)
+        for n in (2, 3, 4):
+            fastnorm.set_num_threads(n)
+            assert route(fastnorm.group_norm, x, groups, g, b)["threads"] == n
+            for k, (a, c) in enumerate(zip(fastnorm.group_norm(x, groups, g, b,
+                                                                return_stats=True), serial)):
+                assert_bitwise(a, c, f"{case}: result {k} with {n} threads vs 1")
+    finally:
+        fastnorm.set_num_threads(None)
+
+
 def test_threadpoolctl_limit_gives_the_same_bits():
     x, axis = WORKLOADS["long-rows"][0](), -1
     with threadpool_limits(limits=1, user_api="openmp"):
