@@ -229,9 +229,7 @@ def param(value, name, x_shape, along, x_name="x"):
     if a.dtype.kind not in "fiub":
         raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
     check_param_shape(a.shape, name, x_shape, along, x_name)
-    if a.shape == named:
-        a = a.reshape(keep)
-    return np.require(a, dtype=np.float64, requirements="A")
+    return float64_param(a, keep if a.shape == named else a.shape)
 
 
 def check_param_shape(shape, name, x_shape, along, x_name="x"):
@@ -245,12 +243,13 @@ def check_param_shape(shape, name, x_shape, along, x_name="x"):
 
 
 def float64_param(value, keep):
-    """A float ndarray of a parameter's named shape in keepdims layout
-    (shape `keep`), as aligned C-contiguous float64: a view when it already
-    is one.  A strided float64 one is copied too: the kernels' float32 pass
-    reads gain and bias as contiguous tables and the float64 pass where
-    they are, and the same values must give the same bits whatever their
-    layout (float32 x with a reversed float64 gain differed in the last bit)."""
+    """A real ndarray of a parameter's named shape or keepdims layout, in
+    keepdims layout (shape `keep`) as aligned C-contiguous float64: a view
+    when it already is one.  A strided float64 one is copied too: the
+    kernels' float32 pass reads gain and bias as contiguous tables and the
+    float64 pass where they are, and the same values must give the same
+    bits whatever their layout (float32 x with a reversed float64 gain
+    differed in the last bit)."""
     a = value.reshape(keep)
     if a.dtype == _F64 and a.flags.aligned and a.flags.c_contiguous:
         return a

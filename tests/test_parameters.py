@@ -131,10 +131,15 @@ def test_parameter_layout_leaves_the_bits_alone(x_dtype, p_dtype, shape, layout,
     beta = rng.standard_normal(n).astype(p_dtype) if with_beta else None
     g2 = _in_layout(gamma, layout)
     b2 = None if beta is None else _in_layout(beta, layout)
+    keep = (1,) * (x.ndim - 1) + (n,)
     for axis in (-1, (x.ndim - 1,)):          # the fast path and the general one
         y = fastnorm.layer_norm(x, gamma, beta, axis=axis)
         y2 = fastnorm.layer_norm(x, g2, b2, axis=axis)
         np.testing.assert_array_equal(y2.view(np.uint8), y.view(np.uint8))
+        # ...and in keepdims layout, strided as well
+        y3 = fastnorm.layer_norm(x, g2.reshape(keep), None if b2 is None else b2.reshape(keep),
+                                 axis=axis)
+        np.testing.assert_array_equal(y3.view(np.uint8), y.view(np.uint8))
         r = fastnorm.rms_norm(x, gamma, axis=axis)
         r2 = fastnorm.rms_norm(x, g2, axis=axis)
         np.testing.assert_array_equal(r2.view(np.uint8), r.view(np.uint8))
@@ -142,6 +147,25 @@ def test_parameter_layout_leaves_the_bits_alone(x_dtype, p_dtype, shape, layout,
                          None if beta is None else beta.astype(np.float64))[0]
     tol = {np.float16: 4e-3, np.float32: 2e-6, np.float64: 1e-12}[x_dtype]
     assert_close(y, ref, tol * (1.0 + np.abs(ref)) * 4, "y")
+
+
+@pytest.mark.parametrize("x_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["reversed", "every other value"])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_channel_parameter_layout_leaves_the_bits_alone(x_dtype, layout, keepdims):
+    # Per-channel gains and biases (group_norm, batch_norm) too, in their
+    # named shape or keepdims layout.
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((3, 6, 5)) * 3 + 1).astype(x_dtype)
+    gamma, beta = rng.uniform(0.5, 2.0, 6), rng.standard_normal(6)
+    g2, b2 = (_in_layout(p, layout) for p in (gamma, beta))
+    if keepdims:
+        g2, b2 = g2.reshape(1, 6, 1), b2.reshape(1, 6, 1)
+    for func in (lambda g, b: fastnorm.group_norm(x, 2, g, b),
+                 lambda g, b: fastnorm.instance_norm(x, g, b),
+                 lambda g, b: fastnorm.batch_norm(x, g, b)):
+        y, y2 = func(gamma, beta), func(g2, b2)
+        np.testing.assert_array_equal(y2.view(np.uint8), y.view(np.uint8))
 
 
 @pytest.mark.parametrize("shape", [(3, 4), (1, 3, 4), (1, 1, 4), (1, 3, 1), (1, 1, 1)])
