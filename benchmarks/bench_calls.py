@@ -137,9 +137,10 @@ class OtherAxes(_OneCall):
 
 
 class SmallGroupNorm(_OneCall):
-    """A small float32 group_norm (8 groups) or instance_norm of images
-    between convolutions, allocating, on one thread."""
-    params = [["group_norm", "instance_norm"],
+    """A small float32 group_norm (8 groups), instance_norm or group_norm's
+    gradients (with the gain, if any) of images between convolutions,
+    allocating, on one thread."""
+    params = [["group_norm", "instance_norm", "group_norm_backward"],
               ["(8, 64, 7, 7)", "(8, 64, 7, 7), gain and bias", "(1, 32, 16, 16), gain and bias"]]
     param_names = ["func", "case"]
 
@@ -154,6 +155,11 @@ class SmallGroupNorm(_OneCall):
                       rng.standard_normal(shape[1]).astype(np.float32))
         if func == "group_norm":
             self._start(lambda: fastnorm.group_norm(x, 8, *params))
+        elif func == "group_norm_backward":
+            _, mean, rstd = fastnorm.group_norm(x, 8, *params, return_stats=True)
+            dy = rng.standard_normal(shape).astype(np.float32)
+            gamma = params[0] if params else None
+            self._start(lambda: fastnorm.group_norm_backward(dy, x, mean, rstd, 8, gamma))
         else:
             self._start(lambda: fastnorm.instance_norm(x, *params))
 

@@ -481,6 +481,10 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
     >>> dbeta
     array([2., 2., 2., 2.])
     """
+    fast = _simd.kernels.fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma,
+                                                  channel_axis, out)
+    if fast is not None:
+        return fast
     if any_dask(dy, x, mean, rstd, gamma):
         return via_dask(group_norm_backward, locals())
     dy, x = _pair(dy, x)

@@ -661,10 +661,7 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
         if m is None:
             return None
     if gamma is None:
-        g = cnp.PyArray_EMPTY(ndim, gkeep, cnp.NPY_DOUBLE, 0)
-        gp = <double*>cnp.PyArray_DATA(g)
-        for i in range(n):
-            gp[i] = 1.0
+        g = unit_gain(ndim, gkeep)
         pt = cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
     else:
         gv = param_f64(gamma, along, cnp.PyArray_DIMS(xa))
@@ -672,6 +669,37 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
             return None
         g = gv
         pt = cnp.PyArray_TYPE(<cnp.ndarray>gamma)
+    if m is None:
+        m = cnp.PyArray_ZEROS(ndim, keep, cnp.NPY_DOUBLE, 0)
+    return grad_call(dya, xa, None, g, m, r, pt, out, n_out, reduced, mode, n_named, named,
+                     mode == GRAD_RMS)
+
+
+cdef cnp.ndarray unit_gain(int ndim, cnp.npy_intp* dims):
+    """A gain of ones (float64, of these dims) for a gradient without one."""
+    cdef cnp.ndarray g = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    cdef double* gp = <double*>cnp.PyArray_DATA(g)
+    cdef Py_ssize_t i
+    for i in range(cnp.PyArray_SIZE(g)):
+        gp[i] = 1.0
+    return g
+
+
+cdef object grad_call(cnp.ndarray dya, cnp.ndarray xa, object view, cnp.ndarray g,
+                      cnp.ndarray m, cnp.ndarray r, int pt, object out, int n_out,
+                      tuple reduced, int mode, int n_named, cnp.npy_intp* named,
+                      bint no_mean):
+    """The gradient kernel's call for the fast-path entries, once their
+    operands are checked: dy and x (seen in the shape `view` when not None:
+    C-contiguous arrays reshaped), g, m, r as the kernel reads them, pt the
+    parameter gradients' type, out as the public function takes it (None or
+    a tuple of n_out entries; the parameter gradients of shape `named`).
+    (dx, dgamma[, dbeta]), or None where out is not one the fast path takes.
+    no_mean: m is zeros of the fast path's own (rms_norm's)."""
+    cdef cnp.ndarray dx, dg, db, o
+    cdef tuple outs
+    cdef bint fresh
+    cdef int i, threads
     outs = (None,) * n_out if out is None else out if type(out) is tuple else None
     if outs is None or len(outs) != n_out:
         return None
@@ -679,10 +707,10 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
     if fresh:
         dx = PyArray_NewLikeArray(xa, cnp.NPY_KEEPORDER, NULL, 0)
     else:
-        if not writable_like(outs[0], xa, False):
+        if not writable_like(outs[0], xa, view is not None):
             return None
         dx = <cnp.ndarray>outs[0]
-        for o in (dya, xa, r) if m is None else (dya, xa, r, m):
+        for o in (dya, xa, r) if no_mean else (dya, xa, r, m):
             if overlap(dx, o):
                 return None
     for i in range(1, n_out):
@@ -692,18 +720,58 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
     # shape here, as they are returned.
     dg = cnp.PyArray_EMPTY(n_named, named, cnp.NPY_DOUBLE, 0)
     db = cnp.PyArray_EMPTY(n_named, named, cnp.NPY_DOUBLE, 0)
-    if m is None:
-        m = cnp.PyArray_ZEROS(ndim, keep, cnp.NPY_DOUBLE, 0)
     threads = threads_for(cnp.PyArray_SIZE(xa))
+    if view is None:
+        kdy, kx, kdx = dya, xa, dx
+    else:
+        kdy, kx, kdx = dya.reshape(view), xa.reshape(view), dx.reshape(view)
     if _explain.explaining and _explain.active():
-        route = explain_backward(dya, xa, dx, g, m, r, dg, db, reduced, mode, threads, fresh)
+        route = explain_backward(kdy, kx, kdx, g, m, r, dg, db, reduced, mode, threads, fresh)
         route["fast_path"] = True
         raise _explain._Route(route)
-    run_backward(dya, xa, dx, g, m, r, dg, db, reduced, mode, threads, fresh,
+    run_backward(kdy, kx, kdx, g, m, r, dg, db, reduced, mode, threads, fresh,
                  PHASE_BOTH, None, None, 0.0)
     if n_out == 2:
         return dx, param_result(dg, pt, outs[1])
     return dx, param_result(dg, pt, outs[1]), param_result(db, pt, outs[2])
+
+
+cdef int group_dims(cnp.ndarray xa, object num_groups, object channel_axis,
+                    cnp.npy_intp* vdims) except -2:
+    """group_norm's view of x: its shape with the channel axis split into
+    (groups, channels per group), in vdims (ndim + 1 of them); the channel
+    axis, or -1 for a call the fast path leaves to the general path (x not
+    C-contiguous, empty, of fewer than 2 dimensions or too many; groups or
+    axis not plain ints, or ones the general path refuses)."""
+    cdef int ndim = cnp.PyArray_NDIM(xa), ch, a
+    cdef Py_ssize_t groups, c
+    if type(num_groups) is not int or type(channel_axis) is not int:
+        return -1
+    if (ndim < 2 or ndim >= MAX_DIMS or cnp.PyArray_SIZE(xa) == 0
+            or not cnp.PyArray_IS_C_CONTIGUOUS(xa) or not -ndim <= channel_axis < ndim):
+        return -1
+    ch = channel_axis % ndim
+    c = cnp.PyArray_DIM(xa, ch)
+    if ch == 0 or not 1 <= num_groups <= c or c % <Py_ssize_t>num_groups != 0:
+        return -1
+    groups = num_groups
+    for a in range(ndim + 1):
+        vdims[a] = (cnp.PyArray_DIM(xa, a) if a < ch else groups if a == ch
+                    else c // groups if a == ch + 1 else cnp.PyArray_DIM(xa, a - 1))
+    return ch
+
+
+cdef object group_gain(object p, int ch, cnp.npy_intp* vdims, int vndim):
+    """A group_norm gain or bias as its kernel takes it on the view of vndim
+    dims (param_f64, varying along the groups and the channels in each):
+    None for None, False unless a float ndarray of shape (C,)."""
+    if p is None:
+        return None
+    if not (type(p) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>p) == 1
+            and cnp.PyArray_DIM(<cnp.ndarray>p, 0) == vdims[ch] * vdims[ch + 1]):
+        return False
+    return param_f64(p.reshape((vdims[ch], vdims[ch + 1])),
+                     tuple([a == ch or a == ch + 1 for a in range(vndim)]), vdims)
 
 
 def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, return_stats):
@@ -717,42 +785,24 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     cdef cnp.npy_intp vdims[MAX_DIMS]
     cdef cnp.npy_intp sdims[MAX_DIMS]
     cdef int ndim, ch, a, threads, t
-    cdef Py_ssize_t groups, c
     cdef double e
     cdef bint fresh = out is None, stats
-    cdef tuple reduced, along, view
+    cdef tuple reduced, view
     if dtype is not None or not stats_wanted(return_stats, out, &stats):
         return None
     if not behaved_float(x) or not eps_value(eps, &e):
         return None
-    if type(num_groups) is not int or type(channel_axis) is not int:
-        return None
     xa = <cnp.ndarray>x
+    ch = group_dims(xa, num_groups, channel_axis, vdims)
+    if ch < 0:
+        return None
     ndim = cnp.PyArray_NDIM(xa)
-    if (ndim < 2 or ndim >= MAX_DIMS or cnp.PyArray_SIZE(xa) == 0
-            or not cnp.PyArray_IS_C_CONTIGUOUS(xa) or not -ndim <= channel_axis < ndim):
-        return None
-    ch = channel_axis % ndim
-    c = cnp.PyArray_DIM(xa, ch)
-    if ch == 0 or not 1 <= num_groups <= c or c % <Py_ssize_t>num_groups != 0:
-        return None
-    groups = num_groups
     for a in range(ndim + 1):
-        vdims[a] = (cnp.PyArray_DIM(xa, a) if a < ch else groups if a == ch
-                    else c // groups if a == ch + 1 else cnp.PyArray_DIM(xa, a - 1))
         sdims[a] = vdims[a] if a == 0 or a == ch else 1
     view = dims_tuple(ndim + 1, vdims)
     reduced = tuple([a != 0 and a != ch for a in range(ndim + 1)])
-    along = tuple([a == ch or a == ch + 1 for a in range(ndim + 1)])
-    g = b = None
-    for p in (gamma, beta):
-        if p is not None and not (type(p) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>p) == 1
-                                  and cnp.PyArray_DIM(<cnp.ndarray>p, 0) == c):
-            return None
-    if gamma is not None:
-        g = param_f64(gamma.reshape((groups, c // groups)), along, vdims)
-    if beta is not None:
-        b = param_f64(beta.reshape((groups, c // groups)), along, vdims)
+    g = group_gain(gamma, ch, vdims, ndim + 1)
+    b = group_gain(beta, ch, vdims, ndim + 1)
     if g is False or b is False:
         return None
     y = norm_target(out, xa)
@@ -768,9 +818,67 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     run_forward(xv, yv, g, b, s0, s1, None, reduced, MODE_CENTER, e, threads, fresh)
     if not stats:
         return y
-    # (N, G, 1, ...) as x's shape with the groups on the channel axis
-    for a in range(ndim):
-        sdims[a] = cnp.PyArray_DIM(xa, 0) if a == 0 else groups if a == ch else 1
     t = cnp.PyArray_TYPE(xa)
+    group_stat_dims(ndim, ch, vdims, sdims)     # (the view's are written)
     view = dims_tuple(ndim, sdims)
     return y, stat_result(s0.reshape(view), t), stat_result(s1.reshape(view), t)
+
+
+cdef void group_stat_dims(int ndim, int ch, const cnp.npy_intp* vdims,
+                          cnp.npy_intp* sdims) noexcept:
+    """group_norm's statistics' shape into sdims: (N, G, 1, ...) as x's,
+    the groups on the channel axis."""
+    cdef int a
+    for a in range(ndim):
+        sdims[a] = vdims[0] if a == 0 else vdims[ch] if a == ch else 1
+
+
+def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis, out):
+    """(dx, dgamma, dbeta) of group_norm_backward, or None: dy and x
+    C-contiguous of one float dtype and shape, mean and rstd float ndarrays
+    of the forward's shape, gamma None or a float ndarray of shape (C,), out
+    None or a tuple of 3 as fast_norm_backward takes it.  The kernel call is
+    the general path's, on the forward's view of x (fast_group_norm)."""
+    cdef cnp.ndarray xa, dya, m, r, g
+    cdef cnp.npy_intp vdims[MAX_DIMS]
+    cdef cnp.npy_intp sdims[MAX_DIMS]     # the statistics as returned
+    cdef cnp.npy_intp keep[MAX_DIMS]      # ...as the kernel reads them
+    cdef cnp.npy_intp gkeep[MAX_DIMS]     # the gain as the kernel reads it
+    cdef cnp.npy_intp c
+    cdef int ndim, ch, a, pt
+    if not (behaved_float(x) and behaved_float(dy)):
+        return None
+    xa = <cnp.ndarray>x
+    dya = <cnp.ndarray>dy
+    ndim = cnp.PyArray_NDIM(xa)
+    if (cnp.PyArray_TYPE(dya) != cnp.PyArray_TYPE(xa)
+            or not same_dims(dya, ndim, cnp.PyArray_DIMS(xa))
+            or not cnp.PyArray_IS_C_CONTIGUOUS(dya)):
+        return None
+    ch = group_dims(xa, num_groups, channel_axis, vdims)
+    if ch < 0:
+        return None
+    for a in range(ndim + 1):
+        keep[a] = vdims[a] if a == 0 or a == ch else 1
+        gkeep[a] = vdims[a] if a == ch or a == ch + 1 else 1
+    group_stat_dims(ndim, ch, vdims, sdims)
+    sv = stat_f64(rstd, ndim, sdims, ndim, sdims)
+    mv = stat_f64(mean, ndim, sdims, ndim, sdims)
+    if sv is None or mv is None:
+        return None
+    view = dims_tuple(ndim + 1, keep)
+    r = sv.reshape(view)
+    m = mv.reshape(view)
+    c = vdims[ch] * vdims[ch + 1]
+    if gamma is None:
+        g = unit_gain(ndim + 1, gkeep)
+        pt = cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
+    else:
+        gv = group_gain(gamma, ch, vdims, ndim + 1)
+        if gv is False:
+            return None
+        g = gv
+        pt = cnp.PyArray_TYPE(<cnp.ndarray>gamma)
+    return grad_call(dya, xa, dims_tuple(ndim + 1, vdims), g, m, r, pt, out, 3,
+                     tuple([a != 0 and a != ch for a in range(ndim + 1)]), GRAD_CENTER, 1, &c,
+                     False)

@@ -26,7 +26,7 @@ def batch_norm_call(x, gamma, beta, running_mean, running_var, training, momentu
 
 
 _ENTRIES = ("fast_norm", "fast_mean_var", "fast_norm_backward", "fast_batch_norm",
-            "fast_group_norm")
+            "fast_group_norm", "fast_group_norm_backward")
 
 
 @contextlib.contextmanager

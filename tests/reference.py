@@ -282,15 +282,17 @@ def ref_norm_grads(dy, x, axes, along, gamma=None, mode="center", eps=1e-5, stat
       rms     dx = r * (gd - xhat * mean(gd * xhat)), mean = 0
       scale   dx = r * gd, with the given (mean, rstd) (batch norm in eval)
 
-    with gd = dy * gamma and the means over each slice; dgamma = sum(dy *
-    xhat) and dbeta = sum(dy) over every axis that gamma does not vary along.
+    with gd = dy * gamma and the means over each slice, the statistics
+    recomputed here or, where passed, the given (mean, rstd) as the forward
+    rounded them (always in scale mode); dgamma = sum(dy * xhat) and dbeta
+    = sum(dy) over every axis that gamma does not vary along.
     gamma is in keepdims layout (None: ones).  Returns a dict with dx, dgamma
     and dbeta (keepdims layout of the parameter), and for each the sum of the
     magnitudes of its terms ('dx_scale', ...) to scale tolerances."""
     xd = np.asarray(x, dtype=np.float64)
     dyd = np.asarray(dy, dtype=np.float64)
     n = math.prod(xd.shape[a] for a in axes)
-    if mode == "scale":
+    if mode == "scale" or stats is not None:
         mean, rstd = (np.asarray(s, dtype=np.float64) for s in stats)
     elif mode == "rms":
         mean = np.zeros(keep_shape(xd.shape, axes))
@@ -327,16 +329,21 @@ def ref_norm_grads(dy, x, axes, along, gamma=None, mode="center", eps=1e-5, stat
         xhat=xhat, rstd=rstd)
 
 
-def ref_group_norm_grads(dy, x, num_groups, channel_axis=1, gamma=None, eps=1e-5):
+def ref_group_norm_grads(dy, x, num_groups, channel_axis=1, gamma=None, eps=1e-5,
+                         stats=None):
     """ref_norm_grads for group norm: on the split view, then dx in x's shape
-    and dgamma/dbeta (and their scales) of shape (C,)."""
+    and dgamma/dbeta (and their scales) of shape (C,); stats: None, or the
+    forward's (mean, rstd) as it returned them."""
     xd = np.asarray(x, dtype=np.float64)
     ch = channel_axis % xd.ndim
     vshape = group_view_shape(xd.shape, num_groups, ch)
     axes = tuple(i for i in range(1, len(vshape)) if i != ch)
+    if stats is not None:
+        stats = tuple(np.asarray(s, np.float64).reshape(keep_shape(vshape, axes))
+                      for s in stats)
     r = ref_norm_grads(np.asarray(dy, dtype=np.float64).reshape(vshape), xd.reshape(vshape),
                        axes, (ch, ch + 1), group_param(gamma, xd.shape, num_groups, ch),
-                       eps=eps)
+                       eps=eps, stats=stats)
     c = (xd.shape[ch],)
     out = {k: r[k].reshape(c) for k in ("dgamma", "dgamma_scale", "dbeta", "dbeta_scale")}
     if gamma is not None and np.ndim(gamma) == xd.ndim and np.shape(gamma)[ch] == 1:

@@ -24,8 +24,8 @@ import fastnorm
 from fastnorm import _simd
 import fastpath
 from reference import (OUT_TOL, assert_bitwise, assert_close, fingerprint, ref_group_norm,
-                       ref_layer_norm, ref_mean_var, ref_norm_grads, ref_rms_norm,
-                       ref_running_update, tiny)
+                       ref_group_norm_grads, ref_layer_norm, ref_mean_var, ref_norm_grads,
+                       ref_rms_norm, ref_running_update, tiny)
 from routes import assert_route
 
 TAKEN = {"fast_path": True}
@@ -1485,6 +1485,116 @@ def test_refused_group_norms_raise_as_the_general_path(what, kwargs, exc):
                                          None, False) is None
     with pytest.raises(exc):
         fastnorm.group_norm(x, **dict(dict(num_groups=2), **kwargs))
+
+
+@st.composite
+def fast_group_gradients(draw):
+    """A group_norm gradient: fast_group_norms' x, groups and gamma, dy of
+    x's dtype, the forward's statistics as returned or in float64, out=
+    arrays or not."""
+    call = draw(fast_group_norms())
+    x = call["x"]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dy = rng.standard_normal(x.shape).astype(x.dtype)
+    stats = fastnorm.group_norm(x, call["groups"], channel_axis=call["channel_axis"],
+                                return_stats=True)[1:]
+    if draw(st.booleans()):
+        stats = tuple(s.astype(np.float64) for s in stats)
+    return dict(call, dy=dy, stats=stats,
+                out=draw(st.sampled_from([None, "all", "dx", "grads", "strided grads"])))
+
+
+def _group_grad_outs(call):
+    if call["out"] is None:
+        return None
+    x, gamma = call["x"], call["gamma"]
+    c = x.shape[call["channel_axis"]]
+    pdt = gamma.dtype if gamma is not None else (F64 if x.dtype == F64 else np.float32)
+    dx = np.full_like(x, 7) if call["out"] in ("all", "dx") else None
+    grads = [np.full(c, 7, pdt) if call["out"] in ("all", "grads")
+             else np.full(2 * c, 7, pdt)[::-2] if call["out"] == "strided grads" else None
+             for _ in range(2)]
+    return (dx, *grads)
+
+
+def _group_grad_call(call, out):
+    return fastnorm.group_norm_backward(call["dy"], call["x"], *call["stats"], call["groups"],
+                                        call["gamma"], channel_axis=call["channel_axis"],
+                                        out=out)
+
+
+@given(fast_group_gradients())
+def test_fast_group_norm_backward_is_the_general_path(call):
+    # group_norm's gradients in training: a small call as often as the
+    # forward.
+    x, dy, gamma = call["x"], call["dy"], call["gamma"]
+    inputs = (dy, x, *call["stats"], gamma)
+    before = [None if a is None else fingerprint(a) for a in inputs]
+    out = _group_grad_outs(call)
+    route = fastnorm.explain(fastnorm.group_norm_backward, dy, x, *call["stats"],
+                             call["groups"], gamma, channel_axis=call["channel_axis"], out=out)
+    assert route["fast_path"], route
+    got = _group_grad_call(call, out)
+    if out is not None:
+        for o, g in zip(out, got):
+            assert o is None or g is o, "an out= array was not the one returned"
+    with fastpath.general_path():
+        general = _group_grad_call(call, _group_grad_outs(call))
+    for name, a, b in zip(("dx", "dgamma", "dbeta"), got, general):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert_bitwise(a, b, f"fast {name} against the general path")
+    assert [None if a is None else fingerprint(a) for a in inputs] == before, "an input changed"
+    g = None if gamma is None else gamma.astype(np.float64)
+    # The closed form with the forward's statistics as it rounded them, as
+    # the kernel takes them.
+    ref = ref_group_norm_grads(dy, x, call["groups"], call["channel_axis"], g,
+                               stats=call["stats"])
+    dt = x.dtype
+    assert_close(got[0], ref["dx"], DX_TOL[dt] * ref["dx_scale"] + tiny(dt), "dx")
+    for name, grad in zip(("dgamma", "dbeta"), got[1:]):
+        allowed = (max(1e-12 if dt == F64 else 1e-5, OUT_TOL[grad.dtype]) * ref[name + "_scale"]
+                   + tiny(grad.dtype))
+        assert_close(grad, ref[name], allowed, name)
+
+
+@pytest.mark.parametrize("what, change", [
+    ("a Fortran-order dy", lambda a: dict(a, dy=np.asfortranarray(a["dy"]))),
+    ("dy of another dtype", lambda a: dict(a, dy=a["dy"].astype(np.float64))),
+    ("a keepdims gamma", lambda a: dict(a, gamma=np.ones((1, 4, 1), np.float32))),
+    ("dx alone into out=", lambda a: dict(a, out=np.empty_like(a["x"]))),
+    ("a Fortran-order dx into out=", lambda a: dict(
+        a, out=(np.asfortranarray(np.empty_like(a["x"])), None, None))),
+    ("statistics as a list", lambda a: dict(a, rstd=a["rstd"].tolist())),
+])
+def test_other_group_norm_gradients_take_the_general_path(what, change):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    _, m, r = fastnorm.group_norm(x, 2, return_stats=True)
+    a = change(dict(dy=rng.standard_normal(x.shape).astype(np.float32), x=x, mean=m, rstd=r,
+                    gamma=None, out=None))
+    args = (a["dy"], a["x"], a["mean"], a["rstd"], 2, a["gamma"])
+    assert not fastnorm.explain(fastnorm.group_norm_backward, *args, out=a["out"])["fast_path"]
+    got = fastnorm.group_norm_backward(*args, out=a["out"])
+    ref = ref_group_norm_grads(np.asarray(a["dy"], np.float64), x, 2)
+    assert_close(got[0], ref["dx"], 1e-5 * ref["dx_scale"], "dx")
+
+
+@pytest.mark.parametrize("what, kwargs, exc", [
+    ("groups that do not divide C", dict(num_groups=3), ValueError),
+    ("channel_axis 0", dict(channel_axis=0), ValueError),
+    ("statistics of another shape", dict(rstd=np.ones((3, 4, 1))), ValueError),
+    ("gamma of the wrong size", dict(gamma=np.ones(3, np.float32)), ValueError),
+])
+def test_refused_group_norm_gradients_raise_as_the_general_path(what, kwargs, exc):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    _, m, r = fastnorm.group_norm(x, 2, return_stats=True)
+    a = dict(dict(dy=x.copy(), x=x, mean=m, rstd=r, num_groups=2, gamma=None), **kwargs)
+    assert _simd.kernels.fast_group_norm_backward(a["dy"], a["x"], a["mean"], a["rstd"],
+                                                  a["num_groups"], a["gamma"],
+                                                  a.get("channel_axis", 1), None) is None
+    with pytest.raises(exc):
+        fastnorm.group_norm_backward(**a)
 
 
 # Spellings of one call: each takes the fast path and gives its bits.
