@@ -207,6 +207,16 @@ cdef object stat_result(cnp.ndarray s, int t):
     return cnp.PyArray_Cast(s, cnp.NPY_FLOAT)      # which warns of the overflow
 
 
+cdef cnp.ndarray stat_buffer(int ndim, cnp.npy_intp* dims, bint returned):
+    """A float64 array of dims for statistics the kernel writes: new where
+    it is returned as it is (for a float64 x), else in kept memory (only
+    read here: narrowed, or used), whose pages stay mapped from one call to
+    the next (fresh ones fault in on every call: short rows' statistics)."""
+    if returned:
+        return cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    return empty_f64(ndim, dims)
+
+
 cdef inline bint stats_wanted(object return_stats, object out, bint* want):
     """return_stats as the fast path takes it: False, or True with no out=
     (the statistics into out= arrays are the general path's)."""
@@ -265,8 +275,8 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
         # (mean, rstd) or (mean of squares, rstd), float64 in keepdims layout
         for a in range(ndim):
             dims[a] = 1 if reduced[a] else cnp.PyArray_DIM(xa, a)
-        s0 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
-        s1 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+        s0 = stat_buffer(ndim, dims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
+        s1 = stat_buffer(ndim, dims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
     threads = threads_for(cnp.PyArray_SIZE(xa))
     explaining_forward(xa, y, g, b, s0, s1, None, reduced, mode, threads, fresh)
     run_forward(xa, y, g, b, s0, s1, None, reduced, mode, e, threads, fresh)
@@ -350,8 +360,8 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
             and result_array((<tuple>out)[0], out_ndim, kept, t)
             and result_array((<tuple>out)[1], out_ndim, kept, t)):
         return None
-    mean = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
-    m2 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+    mean = stat_buffer(ndim, dims, t == cnp.NPY_DOUBLE)
+    m2 = stat_buffer(ndim, dims, t == cnp.NPY_DOUBLE)
     threads = threads_for(cnp.PyArray_SIZE(xa))
     explaining_forward(xa, None, None, None, mean, m2, None, reduced, MODE_STATS, threads,
                        False)
@@ -488,10 +498,10 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     keep = dims_tuple(ndim, dims)
     threads = threads_for(cnp.PyArray_SIZE(xa))
     if train:
-        s0 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
-        s1 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+        s0 = stat_buffer(ndim, dims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
+        s1 = stat_buffer(ndim, dims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
         if running_mean is not None:
-            s2 = cnp.PyArray_EMPTY(ndim, dims, cnp.NPY_DOUBLE, 0)
+            s2 = stat_buffer(ndim, dims, False)
         explaining_forward(xa, y, g, b, s0, s1, s2, BUT_AXIS_1[ndim], MODE_CENTER, threads,
                            fresh)
         run_forward(xa, y, g, b, s0, s1, s2, BUT_AXIS_1[ndim], MODE_CENTER, e, threads, fresh)
@@ -809,8 +819,8 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     if y is None:
         return None
     if stats:
-        s0 = cnp.PyArray_EMPTY(ndim + 1, sdims, cnp.NPY_DOUBLE, 0)
-        s1 = cnp.PyArray_EMPTY(ndim + 1, sdims, cnp.NPY_DOUBLE, 0)
+        s0 = stat_buffer(ndim + 1, sdims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
+        s1 = stat_buffer(ndim + 1, sdims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
     xv = xa.reshape(view)
     yv = y.reshape(view)
     threads = threads_for(cnp.PyArray_SIZE(xa))

@@ -502,8 +502,9 @@ cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
     """WAY_LANES: slices first .. first + count, each one short run (or
     block of runs, R.flat), FN_W at a time: the runs are copied side by
     side (value j of every slice in one vector), so one vector Welford
-    update serves FN_W slices; then each slice is finished and written.  A slice's own way (lanes along the
-    slice, merged) costs more per slice than its few values do."""
+    update serves FN_W slices; then each slice is finished and written.
+    A slice's own way (lanes along the slice, merged) costs more per slice
+    than its few values do."""
     cdef const Layout* L = p.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Py_ssize_t n = p.stat_len, sx = inner.stride[OP_X], i = first, j
@@ -555,9 +556,10 @@ cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
 cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
                     out_t* ko) noexcept nogil:
     """WAY_ROWS: slices first .. first + count (R.batch at most), each one
-    short contiguous run (or block of runs, R.flat).  Statistics FN_W slices at a time: their moments
-    (rows_moments) for the whole item, then their scales and, with no
-    statistics to write, coefficients in vectors, one lane per slice.
+    short contiguous run (or block of runs, R.flat).  Statistics FN_W
+    slices at a time: their moments (rows_moments) for the whole item, then
+    their scales and, with no statistics to write, coefficients in vectors,
+    one lane per slice.
     Output: with R.rows_out, the rows follow each other and are written in
     one pass over the item, still in L2 (fn_rows_*); others slice by
     slice."""

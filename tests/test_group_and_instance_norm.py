@@ -9,7 +9,8 @@ from hypothesis import given
 
 import fastnorm
 from reference import (OUT_TOL, assert_close, fingerprint, group_param, group_view_shape,
-                       out_dtype, ref_group_norm, ref_layer_norm, stat_dtype, tiny, tolerances)
+                       out_dtype, ref_group_norm, ref_group_norm_grads, ref_layer_norm,
+                       stat_dtype, tiny, tolerances)
 from strategies import build_param, build_x, group_specs
 
 
@@ -175,6 +176,30 @@ def test_spreads_float32_cannot_scale(scale, shape, groups):
     y = fastnorm.group_norm(x, groups, gamma, beta, eps=1e-5 * scale**2)
     assert np.all(np.isfinite(y))
     assert_close(y, yr, 1e-5 * (1 + np.abs(yr)), "y")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scale", [1e-36, 1.0])
+@pytest.mark.parametrize("shape, groups", GAIN_SHAPES)
+def test_gradients_with_a_gain_per_channel(dtype, scale, shape, groups):
+    # Each channel of a group a run with its own gain: its dx from folded
+    # coefficients, or value by value where the compute type cannot hold
+    # those (a spread of 1e-36: rstd 1e36); against the closed form with
+    # the forward's statistics.
+    rng = np.random.default_rng(7)
+    x = (scale * rng.standard_normal(shape)).astype(dtype)
+    x[1::2] = rng.standard_normal(x[1::2].shape)
+    dy = rng.standard_normal(shape).astype(dtype)
+    gamma = rng.uniform(0.5, 2, shape[1]).astype(dtype)
+    eps = 1e-5 * scale**2
+    _, mean, rstd = fastnorm.group_norm(x, groups, gamma, eps=eps, return_stats=True)
+    dx, dg, db = fastnorm.group_norm_backward(dy, x, mean, rstd, groups, gamma)
+    ref = ref_group_norm_grads(dy, x, groups, 1, gamma.astype(np.float64), eps=eps,
+                               stats=(mean, rstd))
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    assert_close(dx, ref["dx"], tol * ref["dx_scale"], "dx")
+    assert_close(dg, ref["dgamma"], tol * ref["dgamma_scale"] + 1e-300, "dgamma")
+    assert_close(db, ref["dbeta"], tol * ref["dbeta_scale"] + 1e-300, "dbeta")
 
 
 def test_group_norm_docstring_examples():

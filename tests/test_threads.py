@@ -70,7 +70,8 @@ def test_bitwise_identical_for_any_thread_count(name):
 
 # group_norm with a gain per channel: each group one block of x, its
 # statistics one run (whole slices a thread, or two long slices split into
-# blocks on more threads than slices), its runs written with their gains.
+# blocks on more threads than slices), its runs written with their gains;
+# and its gradients.
 GROUP_CASES = {"whole": ((8, 128, 14, 14), 4), "split": ((1, 64, 48, 48), 2)}
 
 
@@ -81,14 +82,19 @@ def test_group_norm_bitwise_identical_for_any_thread_count(case, dtype):
     x = _x(shape, dtype)
     rng = np.random.default_rng(2)
     g, b = rng.uniform(0.5, 2, shape[1]), rng.standard_normal(shape[1])
+    dy = rng.standard_normal(shape).astype(dtype)
+
+    def results():
+        y, mean, rstd = fastnorm.group_norm(x, groups, g, b, return_stats=True)
+        return (y, mean, rstd) + fastnorm.group_norm_backward(dy, x, mean, rstd, groups, g)
+
     try:
         fastnorm.set_num_threads(1)
-        serial = fastnorm.group_norm(x, groups, g, b, return_stats=True)
+        serial = results()
         for n in (2, 3, 4):
             fastnorm.set_num_threads(n)
             assert route(fastnorm.group_norm, x, groups, g, b)["threads"] == n
-            for k, (a, c) in enumerate(zip(fastnorm.group_norm(x, groups, g, b,
-                                                                return_stats=True), serial)):
+            for k, (a, c) in enumerate(zip(results(), serial)):
                 assert_bitwise(a, c, f"{case}: result {k} with {n} threads vs 1")
     finally:
         fastnorm.set_num_threads(None)
