@@ -621,16 +621,13 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
     input; the parameter gradients writable and of their exact shape and
     dtype).  batch: batch_norm_backward's (mode center in training, scale
     in eval; n_out 3): gamma of the kept shape, axis None every axis but 1."""
-    cdef cnp.ndarray xa, dya, dx, g, dg, db, m, r, o
+    cdef cnp.ndarray xa, dya, g, m, r
     cdef cnp.npy_intp keep[MAX_DIMS]      # the statistics' keepdims shape
     cdef cnp.npy_intp kept[MAX_DIMS]      # ...without the normalized axes
     cdef cnp.npy_intp named[MAX_DIMS]     # the parameters' shape
     cdef cnp.npy_intp gkeep[MAX_DIMS]     # ...in keepdims layout
-    cdef int ndim, i, threads, pt, n_kept = 0, n_named = 0
-    cdef cnp.npy_intp n = 1
-    cdef tuple outs, reduced, along
-    cdef bint fresh
-    cdef double* gp
+    cdef int ndim, i, n_kept = 0, n_named = 0
+    cdef tuple reduced, along
     if not (behaved_float(x) and behaved_float(dy)):
         return None
     xa = <cnp.ndarray>x
@@ -661,7 +658,6 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
         if along[i]:
             gkeep[i] = named[n_named] = cnp.PyArray_DIM(xa, i)
             n_named += 1
-            n *= gkeep[i]
     r = stat_f64(rstd, ndim, keep, n_kept, kept)
     if r is None:
         return None
@@ -672,17 +668,23 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
             return None
     if gamma is None:
         g = unit_gain(ndim, gkeep)
-        pt = cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
     else:
         gv = param_f64(gamma, along, cnp.PyArray_DIMS(xa))
         if gv is None or gv is False:
             return None
         g = gv
-        pt = cnp.PyArray_TYPE(<cnp.ndarray>gamma)
     if m is None:
         m = cnp.PyArray_ZEROS(ndim, keep, cnp.NPY_DOUBLE, 0)
-    return grad_call(dya, xa, None, g, m, r, pt, out, n_out, reduced, mode, n_named, named,
-                     mode == GRAD_RMS)
+    return grad_call(dya, xa, None, g, m, r, param_grad_type(gamma, xa), out, n_out, reduced,
+                     mode, n_named, named, mode == GRAD_RMS)
+
+
+cdef int param_grad_type(object gamma, cnp.ndarray xa):
+    """The parameter gradients' type: a float gamma's, else float64 for a
+    float64 x and float32 for others (the general path's _param_dtype)."""
+    if gamma is not None:
+        return cnp.PyArray_TYPE(<cnp.ndarray>gamma)
+    return cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
 
 
 cdef cnp.ndarray unit_gain(int ndim, cnp.npy_intp* dims):
@@ -829,7 +831,7 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     if not stats:
         return y
     t = cnp.PyArray_TYPE(xa)
-    group_stat_dims(ndim, ch, vdims, sdims)     # (the view's are written)
+    group_stat_dims(ndim, ch, vdims, sdims)     # now the returned shape
     view = dims_tuple(ndim, sdims)
     return y, stat_result(s0.reshape(view), t), stat_result(s1.reshape(view), t)
 
@@ -855,7 +857,7 @@ def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis,
     cdef cnp.npy_intp keep[MAX_DIMS]      # ...as the kernel reads them
     cdef cnp.npy_intp gkeep[MAX_DIMS]     # the gain as the kernel reads it
     cdef cnp.npy_intp c
-    cdef int ndim, ch, a, pt
+    cdef int ndim, ch, a
     if not (behaved_float(x) and behaved_float(dy)):
         return None
     xa = <cnp.ndarray>x
@@ -882,13 +884,12 @@ def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis,
     c = vdims[ch] * vdims[ch + 1]
     if gamma is None:
         g = unit_gain(ndim + 1, gkeep)
-        pt = cnp.NPY_DOUBLE if cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE else cnp.NPY_FLOAT
     else:
         gv = group_gain(gamma, ch, vdims, ndim + 1)
         if gv is False:
             return None
         g = gv
-        pt = cnp.PyArray_TYPE(<cnp.ndarray>gamma)
-    return grad_call(dya, xa, dims_tuple(ndim + 1, vdims), g, m, r, pt, out, 3,
+    return grad_call(dya, xa, dims_tuple(ndim + 1, vdims), g, m, r, param_grad_type(gamma, xa),
+                     out, 3,
                      tuple([a != 0 and a != ch for a in range(ndim + 1)]), GRAD_CENTER, 1, &c,
                      False)

@@ -57,7 +57,7 @@ cdef struct SlicePlan:
     Py_ssize_t stat_runs      # the runs the statistics see: n_runs, or with
     Py_ssize_t stat_len       # R.flat one run of the whole slice
     Py_ssize_t stat_chunks    # blocks per statistics run
-    Moments* blocks           # WAY_SPLIT: one per (slice, run, block)
+    Moments* blocks           # WAY_SPLIT: one per (slice, statistics run, block)
     Coef* coefs               # WAY_SPLIT: one per slice
     float* g32                # float32 pass: gamma and beta along the run as
     float* b32                # float tables (R.g_table, R.b_table), or NULL
@@ -764,7 +764,7 @@ cdef int slices_forward(const Layout* L, const Route* R, int mode, double eps, b
     blocks are merged in the order slice_whole merges them, so both give
     the same bits."""
     cdef SlicePlan p
-    cdef int nthreads = R.threads, a
+    cdef int nthreads = R.threads
     cdef Py_ssize_t i, n_items, si, per_slice
     cdef Odometer s
     cdef Moments acc
@@ -1009,14 +1009,12 @@ cdef inline void image_rows(const SlicePlan* p, Py_ssize_t ri, const float* fk,
                   FN_PLAIN, p.R.stream)
 
 
-
-
 cdef int images_forward(const Layout* L, const Route* R, int mode, double eps,
                         in_t* ki, out_t* ko) noexcept nogil:
     """The IMAGES schedule, WAY_IMAGES: the statistics image block by image
     block, then the output image by image."""
     cdef SlicePlan p
-    cdef int a, rc = -1
+    cdef int rc = -1
     cdef Coef* coefs = <Coef*>fn_malloc(L.n_slices * sizeof(Coef))
     p.L = L
     p.R = R
