@@ -137,7 +137,8 @@ def test_nchw_and_nhwc_agree(dtype, groups):
 
 
 # Shapes whose groups are rows in cache, whole slices of many channels,
-# and two long slices that two threads split.
+# two long slices that two threads split, and slices of six values (copied
+# side by side).
 GAIN_SHAPES = [((4, 16, 10, 10), 4), ((2, 128, 14, 14), 4), ((1, 64, 48, 48), 2),
                ((3, 6, 3, 1), 3)]
 
@@ -164,14 +165,14 @@ def test_statistics_do_not_depend_on_gain(dtype, shape, groups):
 @pytest.mark.parametrize("scale", [1e-36, 1e-20, 1e20])
 @pytest.mark.parametrize("shape, groups", GAIN_SHAPES[:2])
 def test_spreads_float32_cannot_scale(scale, shape, groups):
-    # rstd of 1e36 (or gains times it) is past what the float32 output pass
-    # takes: those slices are written in float64 arithmetic, the others not.
+    # An rstd of 1e36 (a spread of 1e-36) is past what the float32 output
+    # pass takes: those samples' slices are written in float64 arithmetic,
+    # the others' not; spreads of 1e-20 and 1e20 stay within it.
     rng = np.random.default_rng(6)
     x = (scale * rng.standard_normal(shape)).astype(np.float32)
     x[1::2] = rng.standard_normal(x[1::2].shape)
     c = shape[1]
     gamma, beta = rng.uniform(0.5, 2, c), rng.standard_normal(c)
-    y = fastnorm.group_norm(x, groups, gamma, beta)
     yr = ref_group_norm(x, groups, 1, gamma, beta, eps=1e-5 * scale**2)[0]
     y = fastnorm.group_norm(x, groups, gamma, beta, eps=1e-5 * scale**2)
     assert np.all(np.isfinite(y))
