@@ -749,12 +749,14 @@ cdef object grad_call(cnp.ndarray dya, cnp.ndarray xa, object view, cnp.ndarray 
 
 
 cdef int group_dims(cnp.ndarray xa, object num_groups, object channel_axis,
-                    cnp.npy_intp* vdims) except -2:
+                    cnp.npy_intp* vdims, cnp.npy_intp* kdims) except -2:
     """group_norm's view of x: its shape with the channel axis split into
-    (groups, channels per group), in vdims (ndim + 1 of them); the channel
-    axis, or -1 for a call the fast path leaves to the general path (x not
-    C-contiguous, empty, of fewer than 2 dimensions or too many; groups or
-    axis not plain ints, or ones the general path refuses)."""
+    (groups, channels per group), in vdims (ndim + 1 of them), and its
+    statistics' keepdims shape (1 but on axis 0 and the groups') in kdims;
+    the channel axis, or -1 for a call the fast path leaves to the general
+    path (x not C-contiguous, empty, of fewer than 2 dimensions or too
+    many; groups or axis not plain ints, or ones the general path
+    refuses)."""
     cdef int ndim = cnp.PyArray_NDIM(xa), ch, a
     cdef Py_ssize_t groups, c
     if type(num_groups) is not int or type(channel_axis) is not int:
@@ -770,7 +772,13 @@ cdef int group_dims(cnp.ndarray xa, object num_groups, object channel_axis,
     for a in range(ndim + 1):
         vdims[a] = (cnp.PyArray_DIM(xa, a) if a < ch else groups if a == ch
                     else c // groups if a == ch + 1 else cnp.PyArray_DIM(xa, a - 1))
+        kdims[a] = vdims[a] if a == 0 or a == ch else 1
     return ch
+
+
+cdef inline tuple group_reduced(int vndim, int ch):
+    """The reduced-axis flags of group_norm's view: all but 0 and the groups'."""
+    return tuple([a != 0 and a != ch for a in range(vndim)])
 
 
 cdef object group_gain(object p, int ch, cnp.npy_intp* vdims, int vndim):
@@ -795,8 +803,9 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     view but 0 and the groups'."""
     cdef cnp.ndarray xa, y, s0 = None, s1 = None
     cdef cnp.npy_intp vdims[MAX_DIMS]
-    cdef cnp.npy_intp sdims[MAX_DIMS]
-    cdef int ndim, ch, a, threads, t
+    cdef cnp.npy_intp kdims[MAX_DIMS]     # the view's statistics
+    cdef cnp.npy_intp sdims[MAX_DIMS]     # ...as returned
+    cdef int ndim, ch, threads, t
     cdef double e
     cdef bint fresh = out is None, stats
     cdef tuple reduced, view
@@ -805,14 +814,12 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     if not behaved_float(x) or not eps_value(eps, &e):
         return None
     xa = <cnp.ndarray>x
-    ch = group_dims(xa, num_groups, channel_axis, vdims)
+    ch = group_dims(xa, num_groups, channel_axis, vdims, kdims)
     if ch < 0:
         return None
     ndim = cnp.PyArray_NDIM(xa)
-    for a in range(ndim + 1):
-        sdims[a] = vdims[a] if a == 0 or a == ch else 1
     view = dims_tuple(ndim + 1, vdims)
-    reduced = tuple([a != 0 and a != ch for a in range(ndim + 1)])
+    reduced = group_reduced(ndim + 1, ch)
     g = group_gain(gamma, ch, vdims, ndim + 1)
     b = group_gain(beta, ch, vdims, ndim + 1)
     if g is False or b is False:
@@ -821,8 +828,8 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     if y is None:
         return None
     if stats:
-        s0 = stat_buffer(ndim + 1, sdims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
-        s1 = stat_buffer(ndim + 1, sdims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
+        s0 = stat_buffer(ndim + 1, kdims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
+        s1 = stat_buffer(ndim + 1, kdims, cnp.PyArray_TYPE(xa) == cnp.NPY_DOUBLE)
     xv = xa.reshape(view)
     yv = y.reshape(view)
     threads = threads_for(cnp.PyArray_SIZE(xa))
@@ -831,7 +838,7 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     if not stats:
         return y
     t = cnp.PyArray_TYPE(xa)
-    group_stat_dims(ndim, ch, vdims, sdims)     # now the returned shape
+    group_stat_dims(ndim, ch, vdims, sdims)
     view = dims_tuple(ndim, sdims)
     return y, stat_result(s0.reshape(view), t), stat_result(s1.reshape(view), t)
 
@@ -854,7 +861,7 @@ def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis,
     cdef cnp.ndarray xa, dya, m, r, g
     cdef cnp.npy_intp vdims[MAX_DIMS]
     cdef cnp.npy_intp sdims[MAX_DIMS]     # the statistics as returned
-    cdef cnp.npy_intp keep[MAX_DIMS]      # ...as the kernel reads them
+    cdef cnp.npy_intp kdims[MAX_DIMS]     # ...as the kernel reads them
     cdef cnp.npy_intp gkeep[MAX_DIMS]     # the gain as the kernel reads it
     cdef cnp.npy_intp c
     cdef int ndim, ch, a
@@ -867,18 +874,17 @@ def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis,
             or not same_dims(dya, ndim, cnp.PyArray_DIMS(xa))
             or not cnp.PyArray_IS_C_CONTIGUOUS(dya)):
         return None
-    ch = group_dims(xa, num_groups, channel_axis, vdims)
+    ch = group_dims(xa, num_groups, channel_axis, vdims, kdims)
     if ch < 0:
         return None
     for a in range(ndim + 1):
-        keep[a] = vdims[a] if a == 0 or a == ch else 1
         gkeep[a] = vdims[a] if a == ch or a == ch + 1 else 1
     group_stat_dims(ndim, ch, vdims, sdims)
     sv = stat_f64(rstd, ndim, sdims, ndim, sdims)
     mv = stat_f64(mean, ndim, sdims, ndim, sdims)
     if sv is None or mv is None:
         return None
-    view = dims_tuple(ndim + 1, keep)
+    view = dims_tuple(ndim + 1, kdims)
     r = sv.reshape(view)
     m = mv.reshape(view)
     c = vdims[ch] * vdims[ch + 1]
@@ -890,6 +896,4 @@ def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis,
             return None
         g = gv
     return grad_call(dya, xa, dims_tuple(ndim + 1, vdims), g, m, r, param_grad_type(gamma, xa),
-                     out, 3,
-                     tuple([a != 0 and a != ch for a in range(ndim + 1)]), GRAD_CENTER, 1, &c,
-                     False)
+                     out, 3, group_reduced(ndim + 1, ch), GRAD_CENTER, 1, &c, False)
