@@ -89,20 +89,29 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
             FN_RUN_ONE(i);
         return;
     }
+#define FN_RUN_STEP(i)                                                           \
+    do {                                                                         \
+        if (ahead != NULL) {                                                     \
+            FN_S(fn_fetch)(x, xt, ahead, i, n, dist, 0);                         \
+            if (dy_ahead != NULL)                                                \
+                FN_S(fn_fetch)(dy, xt, dy_ahead, i, n, dist, 0);                 \
+        }                                                                        \
+        FN_RUN_VEC(i);                                                           \
+    } while (0)
     for (i = 0; i < head; i++)
         FN_RUN_ONE(i);
-    for (; i < body; i += FN_VW) {
-        if (ahead != NULL) {
-            FN_S(fn_fetch)(x, xt, ahead, i, n, dist, 0);
-            if (dy_ahead != NULL)
-                FN_S(fn_fetch)(dy, xt, dy_ahead, i, n, dist, 0);
-        }
-        FN_RUN_VEC(i);
+    /* two vectors a step (see fn_rows_as) */
+    for (; i + 2 * FN_VW <= body; i += 2 * FN_VW) {
+        FN_RUN_STEP(i);
+        FN_RUN_STEP(i + FN_VW);
     }
+    for (; i < body; i += FN_VW)
+        FN_RUN_STEP(i);
     for (; i < n; i++)
         FN_RUN_ONE(i);
 #undef FN_RUN_ONE
 #undef FN_RUN_VEC
+#undef FN_RUN_STEP
 }
 
 /* `total` contiguous values, value c's coefficients at [c] of arrays
@@ -155,10 +164,15 @@ FN_AI void FN_S(fn_values)(const void *x, int xt, void *y, int yt, const void *d
         ptrdiff_t k = (n - c + FN_VW - 1) / FN_VW, j;
         if (k > (total - i) / FN_VW)
             k = (total - i) / FN_VW;
-        if (ahead == NULL && !stream)
-            for (j = 0; j < k; j++)
+        if (ahead == NULL && !stream) {
+            /* two vectors a step (see fn_rows_as) */
+            for (j = 0; j + 2 <= k; j += 2) {
                 FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, 0, 0);
-        else
+                FN_VALUES_VEC(i + (j + 1) * FN_VW, c + (j + 1) * FN_VW, 0, 0);
+            }
+            if (j < k)
+                FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, 0, 0);
+        } else
             for (j = 0; j < k; j++)
                 FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, ahead != NULL, stream);
         i += k * FN_VW;
@@ -266,8 +280,19 @@ FN_AI void FN_S(fn_rows_as)(const void *x, int xt, void *y, int yt, const void *
         v0 = FN_SET1(k0[r]);
         if (kind == FN_GRAD)
             v1 = FN_SET1(k1[r]);
-        for (ptrdiff_t end = i + (n - c); i + FN_VW <= end; i += FN_VW, c += FN_VW)
+        /* two vectors a step: with one, the loop's own instructions and
+         * where it falls across the code's fetch lines cost as much as its
+         * work (one build ran 15% slower than the next for that alone) */
+        ptrdiff_t end = i + (n - c);
+        for (; i + 2 * FN_VW <= end; i += 2 * FN_VW, c += 2 * FN_VW) {
             FN_ROWS_VEC(i, c);
+            FN_ROWS_VEC(i + FN_VW, c + FN_VW);
+        }
+        if (i + FN_VW <= end) {
+            FN_ROWS_VEC(i, c);
+            i += FN_VW;
+            c += FN_VW;
+        }
         if (c == n) {
             c = 0;
             r++;

@@ -324,7 +324,7 @@ cdef Moments short_runs_moments(const SlicePlan* p, const Odometer* s, double pi
                     odo_next(&r_next, L.red, L.n_red - 1)
             else:
                 rows[l] = rows[0]        # a stand-in, its results unused
-        rows_moments(rows, p.run_len, piv, mean, m2, ki)
+        rows_moments(rows, lanes, p.run_len, piv, mean, m2, ki)
         for l in range(lanes):
             merge_run(&acc, rows[l], p.run_len, mean[l], m2[l], pivot, ki)
         ri = ri + lanes
@@ -631,7 +631,7 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
             # are read next)
             fetch_ahead_of(rows[0], lanes * n * <Py_ssize_t>sizeof(in_t), p.rows_end)
         if p.mode != MODE_GIVEN:
-            rows_moments(rows, n, piv, &all_mean[i], &all_m2[i], ki)
+            rows_moments(rows, lanes, n, piv, &all_mean[i], &all_m2[i], ki)
         i = i + lanes
     i = 0
     while i < count:
@@ -874,7 +874,7 @@ cdef void image_block_stats(const SlicePlan* p, Py_ssize_t blk, Py_ssize_t per_b
                     rows[l] = x + (si + min(l, lanes - 1)) * row_bytes
                     piv[l] = pivots[si + min(l, lanes - 1)]
                 fetch_ahead_of(rows[0], lanes * row_bytes, x + L.n_slices * row_bytes)
-                rows_moments(rows, n, piv, mean, m2, ki)
+                rows_moments(rows, lanes, n, piv, mean, m2, ki)
                 for l in range(lanes):
                     merge_run(&acc[si + l], rows[l], n, mean[l], m2[l], piv[l], ki)
                 si = si + lanes

@@ -126,6 +126,21 @@ cdef int start_call(const Route* R, cnp.ndarray x, out) except -1:
     return 0
 
 
+cdef inline bint hands_over_gil(cnp.ndarray x):
+    """Whether a call on x lets other Python threads run while it works: a
+    small one is over before they would get the GIL (GIL_BYTES)."""
+    return cnp.PyArray_NBYTES(x) >= GIL_BYTES
+
+
+cdef int forward_typed(const Layout* L, const Route* R, int mode, double eps, bint has_y,
+                       int in_code, int out_code) noexcept nogil:
+    if in_code == 0:
+        return forward_in(L, R, mode, eps, has_y, out_code, <half_t*>NULL)
+    if in_code == 1:
+        return forward_in(L, R, mode, eps, has_y, out_code, <float*>NULL)
+    return forward_in(L, R, mode, eps, has_y, out_code, <double*>NULL)
+
+
 cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
                      double eps, int nthreads, bint fresh) except -1:
     cdef Layout L
@@ -136,13 +151,11 @@ cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, i
     if has_y:
         out_code = type_code(y)
     start_call(&R, x, y)
-    with nogil:
-        if in_code == 0:
-            rc = forward_in(&L, &R, mode, eps, has_y, out_code, <half_t*>NULL)
-        elif in_code == 1:
-            rc = forward_in(&L, &R, mode, eps, has_y, out_code, <float*>NULL)
-        else:
-            rc = forward_in(&L, &R, mode, eps, has_y, out_code, <double*>NULL)
+    if hands_over_gil(x):
+        with nogil:
+            rc = forward_typed(&L, &R, mode, eps, has_y, in_code, out_code)
+    else:
+        rc = forward_typed(&L, &R, mode, eps, has_y, in_code, out_code)
     if rc != 0:
         raise MemoryError("fastnorm: could not allocate scratch memory")
     return 0
@@ -328,6 +341,14 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
     return 0
 
 
+cdef int backward_typed(Grad* g, int in_code, int out_code) noexcept nogil:
+    if in_code == 0:
+        return backward_in(g, out_code, <half_t*>NULL)
+    if in_code == 1:
+        return backward_in(g, out_code, <float*>NULL)
+    return backward_in(g, out_code, <double*>NULL)
+
+
 cdef int run_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma, cnp.ndarray mean,
                       cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta, tuple reduced,
                       int mode, int nthreads, bint fresh, int phase, sa, sb,
@@ -341,13 +362,11 @@ cdef int run_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma, cnp.
     if dx is not None:
         out_code = type_code(dx)
     start_call(&R, x, dx)
-    with nogil:
-        if in_code == 0:
-            rc = backward_in(&g, out_code, <half_t*>NULL)
-        elif in_code == 1:
-            rc = backward_in(&g, out_code, <float*>NULL)
-        else:
-            rc = backward_in(&g, out_code, <double*>NULL)
+    if hands_over_gil(x):
+        with nogil:
+            rc = backward_typed(&g, in_code, out_code)
+    else:
+        rc = backward_typed(&g, in_code, out_code)
     if rc != 0:
         raise MemoryError("fastnorm: could not allocate scratch memory")
     return 0

@@ -224,10 +224,13 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
     return acc
 
 
-cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* pivot,
-                              double* mean, double* m2, in_t* kind) noexcept nogil:
+cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
+                              const double* pivot, double* mean, double* m2,
+                              in_t* kind) noexcept nogil:
     """Moments of FN_W short contiguous runs at once: rows[l], n values of
-    x - pivot[l] each, into mean[l] and m2[l].
+    x - pivot[l] each, into mean[l] and m2[l], for the first `lanes` of
+    them; the others are stand-ins, given lane 0's results (a lane's bits
+    do not depend on the others').
 
     A run this short stays in L1 between two looks at it: its mean first,
     then the squared deviations from it, corrected by their sum (the
@@ -247,7 +250,7 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
     cdef double tail_sq[8]
     cdef fn_vd a4[ROW_ACCS]
     cdef fn_vd q4[ROW_ACCS]
-    cdef fn_vd a, q, d, piv, mu, t, e
+    cdef fn_vd a, q, d, piv, mu, t, e, one = fn_one_for_fma()
     cdef Py_ssize_t w = sizeof(in_t), body = n - n % FN_W, j
     cdef double inv_n = 1.0 / <double>n, dv
     cdef int l, v
@@ -259,6 +262,10 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
         t = fn_load_f64(mean)
     else:
         for l in range(FN_W):
+            acc[l] = fn_zero()
+            tail[l] = 0.0
+            if l >= lanes:
+                continue
             piv = fn_set1(pivot[l])
             a = fn_zero()
             j = 0
@@ -266,12 +273,17 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
                 a = fn_add(a, shifted(vload(rows[l] + j * w, w, kind), piv, kind))
                 j = j + FN_W
             acc[l] = a
-            tail[l] = 0.0
             for j in range(body, n):
                 tail[l] = tail[l] + (sload(rows[l] + j * w, kind) - pivot[l])
         t = fn_mul(fn_add(fn_hsum_rows(acc), fn_load_f64(tail)), fn_set1(inv_n))
         fn_store_f64(mean, t)
     for l in range(FN_W):
+        acc[l] = fn_zero()
+        sq[l] = fn_zero()
+        tail[l] = 0.0
+        tail_sq[l] = 0.0
+        if l >= lanes:
+            continue
         piv = fn_set1(pivot[l])
         mu = fn_set1(mean[l])
         a = fn_zero()
@@ -289,7 +301,9 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
                 for v in range(ROW_ACCS):
                     d = fn_sub(shifted(vload(rows[l] + (j + v * FN_W) * w, w, kind), piv,
                                        kind), mu)
-                    a4[v] = fn_add(a4[v], d)
+                    # + d on the FMA pipes (fn_one_for_fma): ROW_ACCS
+                    # chains hide its longer latency
+                    a4[v] = fn_fma(d, one, a4[v])
                     q4[v] = fn_fma(d, d, q4[v])
                 j = j + ROW_ACCS * FN_W
             for v in range(ROW_ACCS):
@@ -302,8 +316,6 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
             j = j + FN_W
         acc[l] = a
         sq[l] = q
-        tail[l] = 0.0
-        tail_sq[l] = 0.0
         for j in range(body, n):
             dv = (sload(rows[l] + j * w, kind) - pivot[l]) - mean[l]
             tail[l] = tail[l] + dv
@@ -314,6 +326,9 @@ cdef inline void rows_moments(const char** rows, Py_ssize_t n, const double* piv
     q = fn_add(fn_hsum_rows(sq), fn_load_f64(tail_sq))
     fn_store_f64(mean, fn_fma(e, fn_set1(inv_n), t))
     fn_store_f64(m2, fn_sub(q, fn_mul(fn_mul(e, e), fn_set1(inv_n))))
+    for l in range(lanes, FN_W):
+        mean[l] = mean[0]
+        m2[l] = m2[0]
 
 
 cdef inline Moments square_sums(const char* x, Py_ssize_t stride, Py_ssize_t n,

@@ -21,6 +21,7 @@ cdef extern from "simd.h" nogil:
     fn_vd fn_sub(fn_vd a, fn_vd b)
     fn_vd fn_mul(fn_vd a, fn_vd b)
     fn_vd fn_fma(fn_vd a, fn_vd b, fn_vd c)
+    fn_vd fn_one_for_fma()
     fn_vd fn_div(fn_vd a, fn_vd b)
     fn_vd fn_sqrt(fn_vd a)
     fn_vd fn_lane_mask(Py_ssize_t lo, Py_ssize_t hi)

@@ -184,6 +184,13 @@ static fn_tuning_t fn_tuning;
 #define FN_FOLD_CHUNK 4096
 
 
+/* ---- calls --------------------------------------------------------- */
+/* A call on fewer bytes of x keeps the GIL: handing it over and taking it
+ * back costs about what a few KiB of work does (NumPy's loops keep it
+ * under 500 elements too). */
+#define FN_GIL_BYTES 4096
+
+
 /* ---- scratch memory (scratch.h) ------------------------------------ */
 /* Blocks of at least KEEP_MIN bytes that a call frees are kept for the
  * next call, KEEP_BLOCKS of them and KEEP_BYTES in all: fresh pages

@@ -280,6 +280,28 @@ def test_short_rows_eval_statistics_given():
     assert_close(y, ref, 1e-12 * (1 + np.abs(ref)), "y")
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("n", [8, 31, 32, 100, 256])
+def test_short_rows_results_do_not_depend_on_the_rows_beside_them(dtype, n):
+    # Rows go a vector of rows at a time; a last vector of fewer rows (1 to
+    # 7 here) must give each row the bits it gets in a full one.
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((9, n)) * 3 + 5).astype(dtype)
+    gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
+    calls = {"layer_norm": lambda a: fastnorm.layer_norm(a, gamma, beta, eps=EPS,
+                                                         return_stats=True),
+             "rms_norm": lambda a: fastnorm.rms_norm(a, gamma, eps=EPS, return_stats=True),
+             "mean_var": lambda a: fastnorm.mean_var(a, axis=-1)}
+    assert_route(ROWS, fastnorm.layer_norm, x, gamma, beta, eps=EPS)
+    for name, call in calls.items():
+        whole = call(x)
+        for k in range(1, 9):
+            for part, full in zip(call(x[:k]), whole):
+                np.testing.assert_array_equal(part, full[:k], err_msg=f"{name}, {k} rows")
+            for part, full in zip(call(x[k:k + 1]), whole):
+                np.testing.assert_array_equal(part, full[k:k + 1], err_msg=f"{name}, row {k}")
+
+
 @pytest.mark.parametrize("shape", [(300, 64), (50, 500)])
 def test_short_rows_invariances(shape):
     # Layer norm is invariant to re-scaling and re-centring each row (rows
