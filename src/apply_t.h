@@ -318,8 +318,8 @@ FN_AI void FN_S(fn_rows_as)(const void *x, int xt, void *y, int yt, const void *
 #undef FN_ROWS_VEC
 }
 
-/* fn_rows_as with the loop for this n: rows of FN_ROWS_HELD float32 values
- * (as many bytes of other types) and more hold their coefficients.
+/* fn_rows_as with the loop for this n: rows of FN_ROWS_HELD_VECTORS
+ * vectors and more hold their coefficients.
  * FN_GAIN with g and b NULL: a gain of 1 and a bias of 0, the same
  * arithmetic as tables of them with none read. */
 FN_AI void FN_S(fn_rows)(const void *x, int xt, void *y, int yt, const void *dy,
@@ -329,7 +329,7 @@ FN_AI void FN_S(fn_rows)(const void *x, int xt, void *y, int yt, const void *dy,
 {
 #define FN_ROWS_CASES(tables)                                                    \
     do {                                                                         \
-        if (n * (ptrdiff_t)sizeof(FN_C) >= FN_ROWS_HELD * 4)                     \
+        if (n >= FN_ROWS_HELD_VECTORS * FN_VW)                                   \
             FN_S(fn_rows_as)(x, xt, y, yt, dy, rows, n, m, k2, k0, k1, g, b, kind,   \
                              stream, 0, 1, tables);                              \
         else if (n >= FN_VW)                                                     \

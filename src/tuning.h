@@ -141,9 +141,10 @@ static fn_tuning_t fn_tuning;
 /* The output goes OUT_ROWS rows at a time (and OUT_CHUNK columns, derived,
  * at a time). */
 #define FN_OUT_ROWS 8
-/* Rows of at least this many values hold their coefficients along the row
- * (float64: half); shorter ones pay the held loop's set-up per row. */
-#define FN_ROWS_HELD 128
+/* Rows of at least this many vectors hold their coefficients along the
+ * row; shorter ones would pay the held loop's set-up per row for less work
+ * than it saves, and take each vector's coefficients for its own lanes. */
+#define FN_ROWS_HELD_VECTORS 3
 
 /* ---- small maps as columns (NCHW with a few values per run) -------- */
 /* Values per run up to which a channel's runs are taken as columns of the

@@ -281,7 +281,7 @@ def test_short_rows_eval_statistics_given():
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-@pytest.mark.parametrize("n", [8, 31, 32, 100, 256])
+@pytest.mark.parametrize("n", [8, 17, 31, 32, 100, 256])
 def test_short_rows_results_do_not_depend_on_the_rows_beside_them(dtype, n):
     # Rows go a vector of rows at a time; a last vector of fewer rows (1 to
     # 7 here) must give each row the bits it gets in a full one.
