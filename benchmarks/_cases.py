@@ -49,6 +49,7 @@ SHAPES = {
     "rows": {"small": (256, 256), "large": (4096, 1024)},
     # ... in short rows (a few features per sample)
     "rows16": {"small": (4096, 16), "large": (262144, 16)},
+    "rows32": {"small": (2048, 32), "large": (131072, 32)},
     # ... or over axis 0 (the kept axis is the contiguous one; (N, C) batch norm)
     "columns": {"small": (256, 256), "large": (4096, 1024)},
     # images, channels on axis 1 or axis 3
@@ -419,8 +420,9 @@ def _group_norm_backward(c):
 OPS = [
     Op("mean_var", {"rows": -1, "rows16": -1, "columns": 0, "NCHW": (0, 2, 3),
                     "NHWC": (0, 1, 2)}, _mean_var),
-    Op("layer_norm", {"rows": -1, "rows16": -1, "columns": 0, "NCHW": (1, 2, 3)}, _layer_norm),
-    Op("rms_norm", {"rows": -1, "columns": 0}, _rms_norm),
+    Op("layer_norm", {"rows": -1, "rows16": -1, "rows32": -1, "columns": 0, "NCHW": (1, 2, 3)},
+       _layer_norm),
+    Op("rms_norm", {"rows": -1, "rows32": -1, "columns": 0}, _rms_norm),
     Op("batch_norm", {"columns": None, "NCHW": None, "NHWC": (0, 1, 2), "NCHW7x7": None},
        _batch_norm_train, all_but_1),
     Op("batch_norm_eval", {"NCHW": None, "NHWC": (0, 1, 2), "NCHW7x7": None}, _batch_norm_eval,
