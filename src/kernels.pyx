@@ -134,6 +134,7 @@ cdef inline bint hands_over_gil(cnp.ndarray x):
 
 cdef int forward_typed(const Layout* L, const Route* R, int mode, double eps, bint has_y,
                        int in_code, int out_code) noexcept nogil:
+    """forward_in for x's type (type_code)."""
     if in_code == 0:
         return forward_in(L, R, mode, eps, has_y, out_code, <half_t*>NULL)
     if in_code == 1:
@@ -342,6 +343,7 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
 
 
 cdef int backward_typed(Grad* g, int in_code, int out_code) noexcept nogil:
+    """backward_in for x's type (type_code)."""
     if in_code == 0:
         return backward_in(g, out_code, <half_t*>NULL)
     if in_code == 1:
