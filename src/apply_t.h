@@ -282,7 +282,7 @@ FN_AI void FN_S(fn_rows_as)(const void *x, int xt, void *y, int yt, const void *
             v1 = FN_SET1(k1[r]);
         /* two vectors a step: with one, the loop's own instructions and
          * where it falls across the code's fetch lines cost as much as its
-         * work (a build whose loop crossed a 64-byte line took 15% longer) */
+         * work (see design.md, "Pipes and loop layout") */
         ptrdiff_t end = i + (n - c);
         for (; i + 2 * FN_VW <= end; i += 2 * FN_VW, c += 2 * FN_VW) {
             FN_ROWS_VEC(i, c);

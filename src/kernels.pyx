@@ -126,7 +126,7 @@ cdef int start_call(const Route* R, cnp.ndarray x, out) except -1:
     return 0
 
 
-cdef inline bint hands_over_gil(cnp.ndarray x):
+cdef inline bint hands_over_gil(cnp.ndarray x) noexcept:
     """Whether a call on x lets other Python threads run while it works: a
     small one is over before they would get the GIL (GIL_BYTES)."""
     return cnp.PyArray_NBYTES(x) >= GIL_BYTES
