@@ -400,7 +400,7 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
     cdef fn_vd mu2[FN_NVC]
     cdef fn_vd q2[FN_NVC]
     cdef fn_vd piv[FN_NVC]
-    cdef fn_vd r, d, e
+    cdef fn_vd r, d, e, one = fn_one_for_fma()
     cdef const char* row
     cdef Py_ssize_t k, w = FN_W * <Py_ssize_t>sizeof(in_t)
     cdef Ahead a = ahead[0]       # a local: its fields stay in registers
@@ -422,9 +422,11 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
             for v in range(FN_NVC):
                 d = fn_sub(vload(row + v * w, sizeof(in_t), ki), piv[v])
                 e = fn_sub(vload(row + rs + v * w, sizeof(in_t), ki), piv[v])
-                mu[v] = fn_add(mu[v], d)
+                # + d on the FMA pipes (fn_one_for_fma), as in rows_moments:
+                # the additions' pipes have the conversions and subtractions
+                mu[v] = fn_fma(d, one, mu[v])
                 q[v] = fn_fma(d, d, q[v])
-                mu2[v] = fn_add(mu2[v], e)
+                mu2[v] = fn_fma(e, one, mu2[v])
                 q2[v] = fn_fma(e, e, q2[v])
         if nrows % 2:
             row = x + (nrows - 1) * rs
