@@ -48,21 +48,28 @@ static Sums sums_zero(void)
     return s;
 }
 
+/* A vector of 8 values into s, about `shift` (the row's first value). */
+static inline void sums_vec(Sums *s, __m256 v, __m256d shift)
+{
+    __m256d lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), shift);
+    __m256d hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), shift);
+    s->s_lo = _mm256_add_pd(s->s_lo, lo);
+    s->s_hi = _mm256_add_pd(s->s_hi, hi);
+    s->q_lo = _mm256_fmadd_pd(lo, lo, s->q_lo);
+    s->q_hi = _mm256_fmadd_pd(hi, hi, s->q_hi);
+}
+
 /* Values i0 .. i1 of row x into s; with `ahead`, fetch that many bytes on. */
 static inline void sums_add(Sums *s, const float *x, int i0, int i1, int ahead)
 {
     __m256d shift = _mm256_set1_pd(x[0]);
+    Sums t = *s;        /* a local: its vectors stay in registers */
     for (int i = i0; i < i1; i += 8) {
         if (ahead && !(i & 15))
             _mm_prefetch((const char *)(x + i) + ahead, _MM_HINT_T0);
-        __m256 v = _mm256_load_ps(x + i);
-        __m256d lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), shift);
-        __m256d hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), shift);
-        s->s_lo = _mm256_add_pd(s->s_lo, lo);
-        s->s_hi = _mm256_add_pd(s->s_hi, hi);
-        s->q_lo = _mm256_fmadd_pd(lo, lo, s->q_lo);
-        s->q_hi = _mm256_fmadd_pd(hi, hi, s->q_hi);
+        sums_vec(&t, _mm256_load_ps(x + i), shift);
     }
+    *s = t;
 }
 
 static float sums_mean(const Sums *s, const float *x)
@@ -105,13 +112,7 @@ static void fused(const float *x, float *y, float mean, const float *next, Sums 
     for (int i = 0; i < N; i += 8) {
         if (ahead && !(i & 15))
             _mm_prefetch((const char *)(next + i) + ahead, _MM_HINT_T0);
-        __m256 v = _mm256_load_ps(next + i);
-        __m256d lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), shift);
-        __m256d hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), shift);
-        t.s_lo = _mm256_add_pd(t.s_lo, lo);
-        t.s_hi = _mm256_add_pd(t.s_hi, hi);
-        t.q_lo = _mm256_fmadd_pd(lo, lo, t.q_lo);
-        t.q_hi = _mm256_fmadd_pd(hi, hi, t.q_hi);
+        sums_vec(&t, _mm256_load_ps(next + i), shift);
         _mm256_stream_ps(y + i, map(x, i, m));
     }
     *s = t;
