@@ -422,8 +422,8 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
             for v in range(FN_NVC):
                 d = fn_sub(vload(row + v * w, sizeof(in_t), ki), piv[v])
                 e = fn_sub(vload(row + rs + v * w, sizeof(in_t), ki), piv[v])
-                # + d on the FMA pipes (fn_one_for_fma), as in rows_moments:
-                # the additions' pipes have the conversions and subtractions
+                # + d on the FMA pipes (fn_one_for_fma), as in rows_moments
+                # (design.md, "Pipes and loop layout")
                 mu[v] = fn_fma(d, one, mu[v])
                 q[v] = fn_fma(d, d, q[v])
                 mu2[v] = fn_fma(e, one, mu2[v])
