@@ -104,11 +104,8 @@ cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const O
     cdef const char* run = run_start(p, s, r, OP_X)
     if ahead_end == NULL:
         ahead_end = run + p.stat_len * inner.stride[OP_X]
-    if p.mode == MODE_RMS:
-        return square_sums(run + start * inner.stride[OP_X], inner.stride[OP_X], n,
-                           ahead_end, ki)
     return run_moments(run + start * inner.stride[OP_X], inner.stride[OP_X], n, pivot,
-                       ahead_end, ki)
+                       ahead_end, p.mode == MODE_RMS, ki)
 
 
 cdef inline bint run_f32(const SlicePlan* p, const Odometer* s, const Odometer* r,
@@ -497,6 +494,110 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
         odo_next(&r, L.red, L.n_red - 1)
 
 
+# The statistics of a single contiguous run taken a piece at a time
+# (rows_turns): its finished blocks merged, the sums of the one under way.
+cdef struct RowSums:
+    Lanes t
+    Moments acc
+    const char* x
+    Py_ssize_t b             # the block under way, CHUNK values each
+    Py_ssize_t j             # its steps summed
+    double pivot
+
+
+cdef inline void row_sums_block(RowSums* u, const SlicePlan* p, in_t* ki) noexcept nogil:
+    cdef Py_ssize_t start = u.b * CHUNK
+    cdef const char* ahead_end = p.x_end
+    if ahead_end == NULL:
+        ahead_end = u.x + p.stat_len * <Py_ssize_t>sizeof(in_t)
+    lanes_begin(&u.t, u.x + start * <Py_ssize_t>sizeof(in_t), sizeof(in_t),
+               min(<Py_ssize_t>CHUNK, p.stat_len - start), ahead_end, ki)
+    u.j = 0
+
+
+cdef inline void row_sums_begin(RowSums* u, const SlicePlan* p, const Odometer* s,
+                                in_t* ki) noexcept nogil:
+    u.x = p.L.base[OP_X] + s.off[OP_X]
+    u.pivot = slice_pivot(p, s, ki)
+    u.acc = moments_empty()
+    u.b = 0
+    row_sums_block(u, p, ki)
+
+
+cdef inline void row_sums_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
+                             in_t* ki) noexcept nogil:
+    """Sum the run's values up to `upto`: whole steps of each block, and a
+    block's tail and merge once upto reaches its end.  Block by block,
+    step by step, these are block_moments' operations in its order: the
+    bits of slice_coef."""
+    cdef Py_ssize_t lanes = FN_NV * FN_W, start, n, j1
+    cdef const char* x
+    cdef bint squares = p.mode == MODE_RMS
+    cdef Moments m
+    while u.b < p.stat_chunks:
+        start = u.b * CHUNK
+        n = min(<Py_ssize_t>CHUNK, p.stat_len - start)
+        x = u.x + start * <Py_ssize_t>sizeof(in_t)
+        j1 = max(<Py_ssize_t>0, min(n, upto - start)) // lanes
+        if j1 > u.j:
+            lanes_steps(&u.t, x, sizeof(in_t), u.j, j1, u.pivot, squares, ki)
+            u.j = j1
+        if upto < start + n:
+            return
+        m = run_end(&u.t, x, sizeof(in_t), n, u.pivot, squares, ki)
+        moments_merge(&u.acc, &m)
+        u.b = u.b + 1
+        if u.b < p.stat_chunks:
+            row_sums_block(u, p, ki)
+
+
+cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
+                     out_t* ko) noexcept nogil:
+    """WAY_TURNS: slices first .. first + count, single contiguous runs from
+    memory.  Slice k's output goes in pieces of TURN_BYTES, each followed by
+    the statistics of as many values of slice k + 1, so that reads and
+    writes are in flight together (slice by slice, the statistics read
+    with nothing written and the output writes with nothing read).
+
+    The pieces end where y's address (streamed: fn_head) or the run's
+    offset is a multiple of 64 bytes, so that every piece after the first
+    starts where one call's vectors would: the output has one call's bits,
+    and the statistics have slice_coef's."""
+    cdef const Layout* L = p.L
+    cdef Odometer s, s_next, r
+    cdef RowSums u
+    cdef Coef c
+    cdef Py_ssize_t k, start, end, n = p.run_len, osz = sizeof(out_t)
+    cdef Py_ssize_t piece = TURN_BYTES // osz, lead = 0
+    cdef bint more
+    odo_init(&s, L.kept, L.n_kept, first)
+    odo_init(&r, L.red, L.n_red - 1, 0)
+    c = slice_coef(p, first, &s, ki)
+    for k in range(count):
+        more = k + 1 < count
+        if more:
+            s_next = s
+            odo_next(&s_next, L.kept, L.n_kept)
+            row_sums_begin(&u, p, &s_next, ki)
+        if p.R.stream:
+            lead = (64 // osz - (<Py_ssize_t>(<size_t>(L.base[OP_Y] + s.off[OP_Y]) // osz)
+                                 % (64 // osz))) % (64 // osz)
+        start = 0
+        end = min(n, lead + piece)
+        while True:
+            out_run(p, &s, &r, start, end - start, c, NULL, False, ki, ko)
+            if more:
+                row_sums_to(&u, p, end, ki)
+            if end == n:
+                break
+            start = end
+            end = min(n, end + piece)
+        if not more:
+            break
+        c = finish(u.acc, u.pivot, p.mode, p.eps, L, s_next.off[OP_S])
+        s = s_next
+
+
 cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
                      out_t* ko) noexcept nogil:
     """WAY_LANES: slices first .. first + count, each one short run (or
@@ -729,12 +830,14 @@ cdef void split_output(const SlicePlan* p, Py_ssize_t item, in_t* ki, out_t* ko)
 cdef inline void slices_item(const SlicePlan* p, Py_ssize_t i, in_t* ki,
                              out_t* ko) noexcept nogil:
     """Work item i of the ways that take whole slices: R.batch slices from
-    i * R.batch (WAY_ROWS, WAY_LANES) or slice i (WAY_WHOLE, in descending
+    i * R.batch (WAY_ROWS, WAY_LANES, WAY_TURNS) or slice i (WAY_WHOLE, in descending
     order into a fresh y written last first)."""
     cdef const Route* R = p.R
     cdef Py_ssize_t first = i * R.batch
     if R.way == WAY_ROWS:
         rows_item(p, first, min(R.batch, p.L.n_slices - first), ki, ko)
+    elif R.way == WAY_TURNS:
+        rows_turns(p, first, min(R.batch, p.L.n_slices - first), ki, ko)
     elif R.way == WAY_LANES:
         lanes_item(p, first, min(R.batch, p.L.n_slices - first), ki, ko)
     else:
@@ -787,7 +890,7 @@ cdef int slices_forward(const Layout* L, const Route* R, int mode, double eps, b
         return -1
     if R.way != WAY_SPLIT:
         # A thread orders its streamed stores once, after its last item.
-        if R.way == WAY_ROWS or R.way == WAY_LANES:
+        if R.way == WAY_ROWS or R.way == WAY_LANES or R.way == WAY_TURNS:
             n_items = (L.n_slices + R.batch - 1) // R.batch
         else:
             n_items = L.n_slices

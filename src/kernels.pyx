@@ -80,7 +80,7 @@ set_tuning(_machine_tuning)
 del _machine_tuning
 
 PATTERNS = ("slices", "images", "columns")
-WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "masked")
+WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "masked", "turns")
 
 
 cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s1, s2,

@@ -99,32 +99,60 @@ cdef inline fn_vd shifted(fn_vd v, fn_vd pivot, in_t* kind) noexcept nogil:
     return v
 
 
-cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t steps,
-                               double pivot, const char* ahead_end, in_t* kind) noexcept nogil:
-    """FN_NV * FN_W Welford lanes over steps * FN_NV * FN_W values of x - pivot
-    (float64); shifted sums for float16/float32 (see the top of this file).
+# A run's bulk sums, FN_NV * FN_W lanes, between the steps that add to
+# them (lanes_steps): float64 Welford lanes (means, M2), float16/float32
+# shifted sums (S1, S2), or for rms_norm sums of squares (in a).
+cdef struct Lanes:
+    fn_vd a[FN_NV]
+    fn_vd b[FN_NV]
+    double shift           # float16/float32: the run's first value
+    Py_ssize_t fetching    # the steps that fetch STATS_AHEAD bytes on
 
-    Everything lives in this one function so that the lane accumulators stay
-    in registers (an address passed to a call would pin them to the stack).
-    Contiguous x: each step fetches what comes STATS_AHEAD bytes on, up to
-    ahead_end.
-    """
+
+cdef inline void lanes_begin(Lanes* t, const char* x, Py_ssize_t stride, Py_ssize_t n,
+                             const char* ahead_end, in_t* kind) noexcept nogil:
+    """Empty sums for the run of n values at x; contiguous x fetches ahead
+    up to ahead_end (see ahead_steps)."""
+    cdef Py_ssize_t lanes = FN_NV * FN_W
+    cdef int v
+    for v in range(FN_NV):
+        t.a[v] = fn_zero()
+        t.b[v] = fn_zero()
+    t.shift = 0.0 if in_t is double else sload(x, kind)
+    t.fetching = ahead_steps(x, stride, n // lanes, lanes * sizeof(in_t), ahead_end, kind)
+
+
+cdef inline void lanes_steps(Lanes* t, const char* x, Py_ssize_t stride, Py_ssize_t j0,
+                             Py_ssize_t j1, double pivot, bint squares,
+                             in_t* kind) noexcept nogil:
+    """Steps j0 .. j1 of the run at x (FN_NV * FN_W values a step) into t:
+    float64 Welford updates of x - pivot; float16/float32 shifted sums (see
+    the top of this file); with `squares`, sums of x**2.  A run summed in
+    several calls gets the bits of one call: the same operations in the
+    same order.
+
+    The sums are copied into locals for the loop, so that they stay in
+    registers (through t they would be stored at every step)."""
     cdef fn_vd mean[FN_NV]
     cdef fn_vd m2[FN_NV]
-    cdef fn_vd piv = fn_set1(pivot), r, d, acc, q, dev
+    cdef fn_vd piv = fn_set1(pivot), r, d
     cdef Py_ssize_t j, lanes = FN_NV * FN_W, step_bytes = lanes * sizeof(in_t)
-    cdef Py_ssize_t fetching = ahead_steps(x, stride, steps, step_bytes, ahead_end, kind)
+    cdef Py_ssize_t fetching = t.fetching
     cdef int v
-    cdef Moments out
-    cdef double shift = 0.0, s1
     for v in range(FN_NV):
-        mean[v] = fn_zero()
-        m2[v] = fn_zero()
-    if in_t is not double:
+        mean[v] = t.a[v]
+        m2[v] = t.b[v]
+    if squares:
+        for j in range(j0, j1):
+            if j < fetching:
+                fetch_lines(x + j * step_bytes + STATS_AHEAD, step_bytes)
+            for v in range(FN_NV):
+                d = vload(x + (j * lanes + v * FN_W) * stride, stride, kind)
+                mean[v] = fn_fma(d, d, mean[v])
+    elif in_t is not double:
         # Shifted sums: mean[v] holds the lanes' S1, m2[v] their S2.
-        shift = sload(x, kind)
-        r = fn_set1(shift)
-        for j in range(steps):
+        r = fn_set1(t.shift)
+        for j in range(j0, j1):
             if j < fetching:
                 fetch_lines(x + j * step_bytes + STATS_AHEAD, step_bytes)
             for v in range(FN_NV):
@@ -132,22 +160,33 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
                 mean[v] = fn_add(mean[v], d)
                 m2[v] = fn_fma(d, d, m2[v])
     else:
-        for j in range(steps):
+        for j in range(j0, j1):
             if j < fetching:
                 fetch_lines(x + j * step_bytes + STATS_AHEAD, step_bytes)
             r = fn_set1(1.0 / <double>(j + 1))
             for v in range(FN_NV):
                 welford_step(shifted(vload(x + (j * lanes + v * FN_W) * stride, stride, kind),
                                      piv, kind), r, &mean[v], &m2[v])
-    acc = mean[0]
-    q = m2[0]
+    for v in range(FN_NV):
+        t.a[v] = mean[v]
+        t.b[v] = m2[v]
+
+
+cdef inline Moments lanes_merge(const Lanes* t, Py_ssize_t steps, in_t* kind) noexcept nogil:
+    """The moments of steps * FN_NV * FN_W values from their lanes' sums
+    (float64 Welford lanes, float16/float32 shifted sums)."""
+    cdef fn_vd acc = t.a[0], q = t.b[0], d, dev
+    cdef Py_ssize_t lanes = FN_NV * FN_W
+    cdef int v
+    cdef Moments out
+    cdef double s1
     for v in range(1, FN_NV):
-        acc = fn_add(acc, mean[v])
-        q = fn_add(q, m2[v])
+        acc = fn_add(acc, t.a[v])
+        q = fn_add(q, t.b[v])
     out.n = <double>(steps * lanes)
     if in_t is not double:
         s1 = fn_hsum(acc)
-        out.mean = shift + s1 / out.n      # the pivot of float16/float32 is 0
+        out.mean = t.shift + s1 / out.n      # the pivot of float16/float32 is 0
         out.m2 = fn_hsum(q) - s1 * (s1 / out.n)
         if out.m2 < 0.0:         # rounding of a (near) constant block; NaN stays
             out.m2 = 0.0
@@ -157,7 +196,7 @@ cdef inline Moments lanes_bulk(const char* x, Py_ssize_t stride, Py_ssize_t step
     out.mean = fn_hsum(acc) / lanes
     dev = fn_zero()
     for v in range(FN_NV):
-        d = fn_sub(mean[v], fn_set1(out.mean))
+        d = fn_sub(t.a[v], fn_set1(out.mean))
         dev = fn_fma(d, d, dev)
     out.m2 = fn_hsum(q) + <double>steps * fn_hsum(dev)
     return out
@@ -194,24 +233,43 @@ cdef inline Moments scalar_moments(const char* x, Py_ssize_t stride, Py_ssize_t 
     return out
 
 
-cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
-                                double pivot, const char* ahead_end, in_t* kind) noexcept nogil:
-    """Moments of n values of x - pivot, `stride` bytes apart (contiguous
-    ones fetching ahead up to ahead_end: see lanes_bulk).
-
-    Three stages, each merged into the result with Chan's formula: FN_NV
-    vectors of lanes for the bulk, one vector for what is left, scalar
-    Welford for the last < FN_W values.
-    """
+cdef inline Moments run_end(const Lanes* t, const char* x, Py_ssize_t stride, Py_ssize_t n,
+                            double pivot, bint squares, in_t* kind) noexcept nogil:
+    """The moments of the run of n values at x whose bulk steps are in t:
+    the bulk, then one vector of lanes for what is left, then scalar
+    Welford for the last < FN_W values, each merged with Chan's formula.
+    With `squares` (rms_norm), moments about 0: (n, 0, sum(x**2)), which is
+    what finish needs (mean(x**2) = m2 / n, the pivot 0) and what Chan's
+    merge keeps (it preserves m2 + n * mean**2)."""
     cdef Moments acc = moments_empty(), part
-    cdef Py_ssize_t lanes = FN_NV * FN_W, i, steps
-    cdef double y, d
-    steps = n // lanes
+    cdef Py_ssize_t lanes = FN_NV * FN_W, i, steps = n // lanes
+    cdef fn_vd v, q
+    cdef double tail = 0.0, y
+    cdef int k
+    if squares:
+        q = t.a[0]
+        i = steps * lanes
+        while i + FN_W <= n:
+            v = vload(x + i * stride, stride, kind)
+            q = fn_fma(v, v, q)
+            i = i + FN_W
+        while i < n:
+            y = sload(x + i * stride, kind)
+            tail = tail + y * y
+            i = i + 1
+        for k in range(1, FN_NV):
+            q = fn_add(q, t.a[k])
+        acc.n = <double>n
+        acc.mean = 0.0
+        acc.m2 = fn_hsum(q) + tail
+        if acc.m2 - acc.m2 != 0.0:
+            # inf or NaN among the values (or squares beyond float64):
+            # Welford's way, so that non-finite data gives what it gives
+            # elsewhere
+            return scalar_moments(x, stride, n, 0.0, kind)
+        return acc
     if steps > 0:
-        if stride == sizeof(in_t):
-            acc = lanes_bulk(x, sizeof(in_t), steps, pivot, ahead_end, kind)
-        else:
-            acc = lanes_bulk(x, stride, steps, pivot, NULL, kind)
+        acc = lanes_merge(t, steps, kind)
     i = steps * lanes
     steps = (n - i) // FN_W
     if steps > 0:
@@ -222,6 +280,20 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
         part = scalar_moments(x + i * stride, stride, n - i, pivot, kind)
         moments_merge(&acc, &part)
     return acc
+
+
+cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
+                                double pivot, const char* ahead_end, bint squares,
+                                in_t* kind) noexcept nogil:
+    """Moments of n values of x - pivot, `stride` bytes apart, in one call
+    (contiguous ones fetching ahead up to ahead_end); with `squares`, sums
+    of squares about 0 for rms_norm, one FMA a vector where Welford's
+    updates cost four (a sum of squares has no cancellation to guard
+    against)."""
+    cdef Lanes t
+    lanes_begin(&t, x, stride, n, ahead_end, kind)
+    lanes_steps(&t, x, stride, 0, n // (FN_NV * FN_W), pivot, squares, kind)
+    return run_end(&t, x, stride, n, pivot, squares, kind)
 
 
 cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
@@ -329,50 +401,6 @@ cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
     for l in range(lanes, FN_W):
         mean[l] = mean[0]
         m2[l] = m2[0]
-
-
-cdef inline Moments square_sums(const char* x, Py_ssize_t stride, Py_ssize_t n,
-                                const char* ahead_end, in_t* kind) noexcept nogil:
-    """For rms_norm: n values as moments about 0, (n, 0, sum(x**2)), which
-    is what finish needs (mean(x**2) = m2 / n, the pivot 0) and what Chan's
-    merge keeps (it preserves m2 + n * mean**2).  A sum of squares has no
-    cancellation to guard against: one FMA per vector, where Welford's
-    updates cost four.  Contiguous x fetches ahead as lanes_bulk does."""
-    cdef fn_vd acc[FN_NV]
-    cdef fn_vd v, q
-    cdef Py_ssize_t i = 0, step = FN_NV * FN_W, step_bytes = step * sizeof(in_t)
-    cdef Py_ssize_t fetching = ahead_steps(x, stride, n // step, step_bytes, ahead_end, kind)
-    cdef double t = 0.0, y
-    cdef int k
-    cdef Moments out
-    for k in range(FN_NV):
-        acc[k] = fn_zero()
-    while i + step <= n:
-        if i < fetching * step:
-            fetch_lines(x + i * sizeof(in_t) + STATS_AHEAD, step_bytes)
-        for k in range(FN_NV):
-            v = vload(x + (i + k * FN_W) * stride, stride, kind)
-            acc[k] = fn_fma(v, v, acc[k])
-        i = i + step
-    while i + FN_W <= n:
-        v = vload(x + i * stride, stride, kind)
-        acc[0] = fn_fma(v, v, acc[0])
-        i = i + FN_W
-    while i < n:
-        y = sload(x + i * stride, kind)
-        t = t + y * y
-        i = i + 1
-    q = acc[0]
-    for k in range(1, FN_NV):
-        q = fn_add(q, acc[k])
-    out.n = <double>n
-    out.mean = 0.0
-    out.m2 = fn_hsum(q) + t
-    if out.m2 - out.m2 != 0.0:
-        # inf or NaN among the values (or squares beyond float64): Welford's
-        # way, so that non-finite data gives what it gives elsewhere
-        return scalar_moments(x, stride, n, 0.0, kind)
-    return out
 
 
 # ---------------------------------------------------------------------------

@@ -38,6 +38,9 @@ cdef extern from "tuning.h":
         CACHED_BATCH_BYTES "FN_CACHED_BATCH_BYTES"
         SHORT_SLICE_MAX "FN_SHORT_SLICE_MAX"
         SHORT_BATCH "FN_SHORT_BATCH"
+        TURN_BYTES "FN_TURN_BYTES"
+        TURN_ROWS "FN_TURN_ROWS"
+        TURN_ITEMS "FN_TURN_ITEMS"
         SHORT_RUN_MIN "FN_SHORT_RUN_MIN"
         IMAGE_BLOCKS "FN_IMAGE_BLOCKS"
         IMAGE_STATE_BYTES "FN_IMAGE_STATE_BYTES"
@@ -481,6 +484,8 @@ cdef enum:
     WAY_CHANNELS = 5  # runs of a few values: columns of the (outer, channels x inner) matrix
     WAY_TILES = 6     # tiles of columns times blocks of rows
     WAY_MASKED = 7    # where=: each slice (or tile of columns) alone (masked.pxi)
+    WAY_TURNS = 8     # single runs from memory, a block of them a thread: the
+                      # output of one and the statistics of the next in turns
 
 
 cdef struct Route:
@@ -719,6 +724,16 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         R.way = WAY_LANES
     elif R.short_runs or R.threads <= 1 or L.n_slices >= 2 * R.threads:
         R.way = WAY_WHOLE
+        # Single runs read from memory (x beyond half the last-level cache,
+        # as for streamed outputs), written upwards by the float32 pass: a
+        # slice's statistics read with nothing written, its output writes
+        # with nothing read; in turns, both are in flight at once.  (The
+        # double pass fetches the next slice as it writes one already.)
+        if (n_runs == 1 and contiguous and has_y and mode != MODE_GIVEN and not R.descend
+                and R.f32 and x_bytes >= STREAM_MIN_BYTES and L.n_slices > 1):
+            R.way = WAY_TURNS
+            R.batch = max(<Py_ssize_t>2, min(<Py_ssize_t>TURN_ROWS,
+                                              L.n_slices // (TURN_ITEMS * R.threads)))
     else:
         R.way = WAY_SPLIT
     return 0

@@ -99,6 +99,14 @@ static fn_tuning_t fn_tuning;
 #define FN_SHORT_SLICE_MAX 64
 /* Slices per work item of the grouped ways. */
 #define FN_SHORT_BATCH 256
+/* Rows from memory taken in turns (the output of one, the statistics of
+ * the next): bytes a turn's piece writes, a few cache lines so that a
+ * turn's reads and writes are both in flight, many enough vectors to pay
+ * for a call's set-up; rows per work item at most (its first row goes
+ * alone), and work items per thread at least. */
+#define FN_TURN_BYTES 2048
+#define FN_TURN_ROWS 32
+#define FN_TURN_ITEMS 8
 /* Runs of several-run slices from this many values take their statistics
  * a vector of runs at a time. */
 #define FN_SHORT_RUN_MIN 16

@@ -55,7 +55,8 @@ def test_keys_and_their_types(name):
     r = fastnorm.explain(func, *args, **kw)
     assert set(r) == KEYS, set(r) ^ KEYS
     assert r["pattern"] in ("slices", "images", "columns")
-    assert r["schedule"] in ("rows", "lanes", "whole", "split", "images", "channels", "tiles")
+    assert r["schedule"] in ("rows", "lanes", "whole", "turns", "split", "images", "channels",
+                             "tiles")
     for key in ("streams", "descending", "float32_pass", "rows_pass", "in_cache", "fast_path"):
         assert type(r[key]) is bool, key
     for key in ("threads", "slices", "slice_length"):

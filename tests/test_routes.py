@@ -1,6 +1,6 @@
 """Every route through the kernels, one case each: a call that
 fastnorm.explain must say takes a given pattern and schedule (slices with
-rows, lanes, whole or split; images with images or channels; columns with
+rows, lanes, whole, turns or split; images with images or channels; columns with
 tiles), for the forward calls and the gradients, and the flags that change
 the code taken (float32_pass, rows_pass, streams, descending, in_cache,
 threads 1 or 2, fast_path).  Each case asserts that
@@ -302,8 +302,8 @@ ROUTES = [
           1, lambda: weight_norm("wn", (64, 3, 3, 3), F64)),
     Route("rows: weight_standardize", R(SLICES, "rows", float32_pass=True),
           1, lambda: weight_standardize("ws", (64, 3, 3, 3), F32)),
-    Route("streams: an existing out= of 9 MiB",
-          R(SLICES, "whole", streams=True, descending=False, float32_pass=True),
+    Route("turns: rows from memory into an existing out= of 9 MiB, streamed",
+          R(SLICES, "turns", streams=True, descending=False, float32_pass=True),
           2, lambda: _out_like(layer("streamed", (2304, 1025), F32, params=False)),
           lambda c: Call(c.func, c.args, {k: v for k, v in c.kw.items() if k != "out"},
                          c.want)),
@@ -367,8 +367,8 @@ ROUTES = [
 
 def test_every_route_has_a_case():
     seen = {(r.expect["pattern"], r.expect["schedule"]) for r in ROUTES}
-    assert seen == {(SLICES, "rows"), (SLICES, "lanes"), (SLICES, "whole"), (SLICES, "split"),
-                    (IMAGES, "images"), (IMAGES, "channels"), (COLUMNS, "tiles")}
+    assert seen == {(SLICES, "rows"), (SLICES, "lanes"), (SLICES, "whole"), (SLICES, "turns"),
+                    (SLICES, "split"), (IMAGES, "images"), (IMAGES, "channels"), (COLUMNS, "tiles")}
     for flag in ("float32_pass", "rows_pass", "streams", "descending", "in_cache", "fast_path"):
         assert {r.expect[flag] for r in ROUTES if flag in r.expect} == {True, False}, flag
     assert {r.threads for r in ROUTES} == {1, 2}

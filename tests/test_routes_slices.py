@@ -14,6 +14,11 @@ rows    single contiguous runs of 8 values up to 1 KiB (short rows), or
         meet inf/NaN are redone Welford's way.
 lanes   short or strided single runs of up to 64 values, one slice a lane.
 whole   each slice by itself, longer ones in 4096-value blocks.
+turns   single contiguous runs of x beyond half the last-level cache (read
+        from memory), written upwards by the float32 pass (the float64 pass
+        fetches the next run as it writes one): a thread takes a block and
+        writes each one's output in pieces, each followed by the statistics
+        of as many values of the next, so that reads and writes overlap.
 split   few long slices and several threads: the slices cut into blocks.
 
 The float32 pass (float32_pass) normalizes float32 data into float32 output
@@ -29,7 +34,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _simd
+from fastnorm import _machine, _simd
 from hostile import at_the_end_of_memory
 from reference import (OUT_TOL, assert_close, ref_layer_norm, ref_mean_var, ref_rms_norm)
 from routes import assert_route, schedule
@@ -40,6 +45,7 @@ F32 = np.float32
 ROWS = {"pattern": "slices", "schedule": "rows"}
 LANES = {"pattern": "slices", "schedule": "lanes"}
 WHOLE = {"pattern": "slices", "schedule": "whole"}
+TURNS = {"pattern": "slices", "schedule": "turns"}
 # Short rows: up to this many bytes (longer ones only while x is in cache).
 SHORT_ROW_BYTES = 1024
 # The bounds the kernels use (x's bytes, a row's bytes), by itemsize.
@@ -649,6 +655,77 @@ def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
     assert_close(rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "rms_norm")
     ref_mean, ref_var, _ = ref_mean_var(x, (1,))
     assert_close(var, ref_var, 4 * tol(dtype) * ref_var + 1e-30, "var")
+
+
+# --------------------------------------------------------------------------
+# rows from memory in turns
+
+# The test machine with a last-level cache that holds any x of these tests:
+# the same rows then go whole, slice by slice.
+BIG_L3 = _machine.Machine(l1d=_machine.MACHINE.l1d, l2=_machine.MACHINE.l2, l3=1 << 30,
+                          cores=_machine.MACHINE.cores, source="test")
+
+
+@pytest.mark.parametrize("n", [1000, 4096 + 17, 2 * 4096 + 515])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("y_rows", ["contiguous", "apart"])
+def test_turns_give_the_bits_of_whole_slices(n, threads, y_rows):
+    # float32 rows (the float32 pass) in blocks of 4096 values and a tail;
+    # y's rows contiguous, or one value apart (each row's pieces then start
+    # at another alignment).  The rows end at the last readable byte of x's
+    # memory.  Against the same calls slice by slice: the same bits, and
+    # right.
+    dtype = np.float32
+    itemsize = np.dtype(dtype).itemsize
+    x = at_the_end_of_memory(data((_T["stream_min_bytes"] // (n * itemsize) + 3, n), dtype))
+    rng = np.random.default_rng(n)
+    g, b = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
+
+    def out():
+        return np.empty((x.shape[0], n + (y_rows == "apart")), dtype)[:, :n]
+
+    def calls():
+        y, o1, o2 = out(), out(), out()
+        return (fastnorm.layer_norm(x, g, b, out=y, return_stats=True)
+                + (fastnorm.layer_norm(x, out=o1), fastnorm.rms_norm(x, g, out=o2),
+                   fastnorm.layer_norm(x), fastnorm.rms_norm(x)))
+
+    fastnorm.set_num_threads(threads)
+    try:
+        for func, args in ((fastnorm.layer_norm, (g, b)), (fastnorm.rms_norm, (g,))):
+            assert_route(dict(TURNS, threads=threads), func, x, *args, out=out())
+            assert_route(dict(TURNS, threads=threads), func, x, *args)
+        turns = calls()
+        with _machine.use(BIG_L3):
+            assert_route(dict(WHOLE, threads=threads), fastnorm.layer_norm, x, g, b, out=out())
+            whole = calls()
+    finally:
+        fastnorm.set_num_threads(None)
+    for k, (a, w) in enumerate(zip(turns, whole)):
+        assert a.tobytes() == w.tobytes(), f"result {k}: turns and whole slices differ"
+    y, mean, rstd, plain, rms, fresh, fresh_rms = turns
+    ref_y, ref_mean, ref_rstd = ref_layer_norm(x, (1,), g, b)[:3]
+    assert_close(y, ref_y, 8 * tol(dtype) * (1 + np.abs(ref_y)), "layer_norm out=")
+    assert_close(mean.ravel(), ref_mean.ravel(), tol(dtype) * (1 + np.abs(ref_mean.ravel())),
+                 "mean")
+    assert_close(rstd.ravel(), ref_rstd.ravel(), 4 * tol(dtype) * ref_rstd.ravel(), "rstd")
+    ref_plain = ref_layer_norm(x, (1,))[0]
+    assert_close(plain, ref_plain, 8 * tol(dtype) * (1 + np.abs(ref_plain)), "layer_norm")
+    assert_close(fresh, ref_plain, 8 * tol(dtype) * (1 + np.abs(ref_plain)), "fresh")
+    ref_r = ref_rms_norm(x, (1,), g)[0]
+    assert_close(rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "rms_norm")
+    ref_r = ref_rms_norm(x, (1,))[0]
+    assert_close(fresh_rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "fresh rms_norm")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_rows_from_memory_without_the_float32_pass_go_whole(dtype):
+    # The float64 pass fetches the next row as it writes one: no turns.
+    x = data((_T["stream_min_bytes"] // (1000 * np.dtype(dtype).itemsize) + 3, 1000), dtype)
+    assert_route(WHOLE, fastnorm.layer_norm, x, out=np.empty_like(x))
+    y = fastnorm.layer_norm(x, out=np.empty_like(x))
+    ref = ref_layer_norm(x, (1,))[0]
+    assert_close(y, ref, 8 * tol(dtype) * (1 + np.abs(ref)), "layer_norm")
 
 
 # layer_norm's pattern/schedule in each case: rows that follow each other or
