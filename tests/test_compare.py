@@ -357,6 +357,21 @@ def test_quick_run_prints_every_table(tmp_path):
             assert r["numpy_ms"] > 0 and not r["skipped"]
 
 
+def test_scaling_quick_run_times_every_case_on_each_thread_count(tmp_path):
+    out = tmp_path / "scaling.json"
+    p = subprocess.run([sys.executable, "-I", os.path.join(BENCHMARKS, "scaling.py"), "--quick",
+                        "--threads", "2,3", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=HERE)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 9 and len({r["case"] for r in rows}) == 9
+    for r in rows:
+        assert r["case"] in p.stdout
+        assert set(r["ms"]) == set(r["speedup"]) == set(r["per_copy"]) == {"1", "2", "3"}
+        assert all(v > 0 for v in r["ms"].values()) and r["speedup"]["1"] == 1.0
+        assert all(v > 0 for v in r["per_copy"].values())
+
+
 def test_python_m_fastnorm_points_to_the_comparison():
     p = subprocess.run([sys.executable, "-I", "-m", "fastnorm", "--full", "--quick"],
                        capture_output=True, text=True, timeout=60, cwd=HERE)
