@@ -14,11 +14,12 @@ rows    single contiguous runs of 8 values up to 1 KiB (short rows), or
         meet inf/NaN are redone Welford's way.
 lanes   short or strided single runs of up to 64 values, one slice a lane.
 whole   each slice by itself, longer ones in 4096-value blocks.
-turns   single contiguous runs of x beyond half the last-level cache (read
-        from memory), written upwards by the float32 pass (the float64 pass
-        fetches the next run as it writes one): a thread takes a block and
-        writes each one's output in pieces, each followed by the statistics
-        of as many values of the next, so that reads and writes overlap.
+turns   single contiguous runs of over 2 KiB of x beyond half the
+        last-level cache (read from memory), written upwards by the float32
+        pass (the float64 pass fetches the next run as it writes one): a
+        thread takes a block and writes each one's output in 2 KiB pieces,
+        each followed by the statistics of as many values of the next, so
+        that reads and writes overlap.
 split   few long slices and several threads: the slices cut into blocks.
 
 The float32 pass (float32_pass) normalizes float32 data into float32 output
@@ -716,6 +717,22 @@ def test_turns_give_the_bits_of_whole_slices(n, threads, y_rows):
     assert_close(rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "rms_norm")
     ref_r = ref_rms_norm(x, (1,))[0]
     assert_close(fresh_rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "fresh rms_norm")
+
+
+# The bytes of a turn's output piece (tuning.h's TURN_BYTES).
+TURN_BYTES = 2048
+
+
+@pytest.mark.parametrize("n", [TURN_BYTES // 4, TURN_BYTES // 4 + 1])
+def test_rows_of_one_piece_go_whole(n):
+    # A row of one piece would take its turns in the order slice by slice
+    # has: rows of more than one piece take turns.
+    x = data((_T["stream_min_bytes"] // (n * 4) + 3, n), np.float32)
+    y = np.empty_like(x)
+    assert_route(TURNS if n * 4 > TURN_BYTES else WHOLE, fastnorm.layer_norm, x, out=y)
+    fastnorm.layer_norm(x, out=y)
+    ref = ref_layer_norm(x, (1,))[0]
+    assert_close(y, ref, 8 * tol(np.float32) * (1 + np.abs(ref)), "layer_norm")
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
