@@ -511,7 +511,7 @@ cdef inline void row_sums_block(RowSums* u, const SlicePlan* p, in_t* ki) noexce
     if ahead_end == NULL:
         ahead_end = u.x + p.stat_len * <Py_ssize_t>sizeof(in_t)
     lanes_begin(&u.t, u.x + start * <Py_ssize_t>sizeof(in_t), sizeof(in_t),
-               min(<Py_ssize_t>CHUNK, p.stat_len - start), ahead_end, ki)
+                min(<Py_ssize_t>CHUNK, p.stat_len - start), ahead_end, ki)
     u.j = 0
 
 
@@ -830,8 +830,8 @@ cdef void split_output(const SlicePlan* p, Py_ssize_t item, in_t* ki, out_t* ko)
 cdef inline void slices_item(const SlicePlan* p, Py_ssize_t i, in_t* ki,
                              out_t* ko) noexcept nogil:
     """Work item i of the ways that take whole slices: R.batch slices from
-    i * R.batch (WAY_ROWS, WAY_LANES, WAY_TURNS) or slice i (WAY_WHOLE, in descending
-    order into a fresh y written last first)."""
+    i * R.batch (WAY_ROWS, WAY_LANES, WAY_TURNS) or slice i (WAY_WHOLE, in
+    descending order into a fresh y written last first)."""
     cdef const Route* R = p.R
     cdef Py_ssize_t first = i * R.batch
     if R.way == WAY_ROWS:
