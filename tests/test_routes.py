@@ -1,9 +1,9 @@
 """Every route through the kernels, one case each: a call that
 fastnorm.explain must say takes a given pattern and schedule (slices with
-rows, lanes, whole, turns or split; images with images or channels; columns with
-tiles), for the forward calls and the gradients, and the flags that change
-the code taken (float32_pass, rows_pass, streams, descending, in_cache,
-threads 1 or 2, fast_path).  Each case asserts that
+rows, lanes, whole, turns or split; images with images or channels;
+columns with tiles), for the forward calls and the gradients, and the
+flags that change the code taken (float32_pass, rows_pass, streams,
+descending, in_cache, threads 1 or 2, fast_path).  Each case asserts that
 
 1. the route is taken (explain gives it),
 2. the result is right (the float64 reference of reference.py), and
@@ -368,7 +368,8 @@ ROUTES = [
 def test_every_route_has_a_case():
     seen = {(r.expect["pattern"], r.expect["schedule"]) for r in ROUTES}
     assert seen == {(SLICES, "rows"), (SLICES, "lanes"), (SLICES, "whole"), (SLICES, "turns"),
-                    (SLICES, "split"), (IMAGES, "images"), (IMAGES, "channels"), (COLUMNS, "tiles")}
+                    (SLICES, "split"), (IMAGES, "images"), (IMAGES, "channels"),
+                    (COLUMNS, "tiles")}
     for flag in ("float32_pass", "rows_pass", "streams", "descending", "in_cache", "fast_path"):
         assert {r.expect[flag] for r in ROUTES if flag in r.expect} == {True, False}, flag
     assert {r.threads for r in ROUTES} == {1, 2}
