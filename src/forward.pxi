@@ -93,19 +93,31 @@ cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) 
     return pick_pivot(sload(p.L.base[OP_X] + s.off[OP_X], ki), ki)
 
 
+cdef inline const char* stat_block(const SlicePlan* p, const char* run, Py_ssize_t stride,
+                                   Py_ssize_t b, Py_ssize_t* n) noexcept nogil:
+    """Block b of the statistics run at `run`: its first value, and its
+    length into n (CHUNK values; the last block what is left)."""
+    n[0] = min(<Py_ssize_t>CHUNK, p.stat_len - b * CHUNK)
+    return run + b * CHUNK * stride
+
+
+cdef inline const char* stat_ahead_end(const SlicePlan* p, const char* run,
+                                       Py_ssize_t stride, const char* ahead_end) noexcept nogil:
+    """How far the statistics of the run at `run` may fetch: ahead_end, or
+    (NULL) the run's end."""
+    return ahead_end if ahead_end != NULL else run + p.stat_len * stride
+
+
 cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const Odometer* r,
                                   Py_ssize_t b, double pivot, const char* ahead_end,
                                   in_t* ki) noexcept nogil:
     """The moments of block b of statistics run r of slice s; contiguous
     data fetches ahead up to ahead_end (NULL: to the end of the run)."""
-    cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
-    cdef Py_ssize_t start = b * CHUNK
-    cdef Py_ssize_t n = min(<Py_ssize_t>CHUNK, p.stat_len - start)
+    cdef Py_ssize_t stride = p.L.red[p.L.n_red - 1].stride[OP_X], n
     cdef const char* run = run_start(p, s, r, OP_X)
-    if ahead_end == NULL:
-        ahead_end = run + p.stat_len * inner.stride[OP_X]
-    return run_moments(run + start * inner.stride[OP_X], inner.stride[OP_X], n, pivot,
-                       ahead_end, p.mode == MODE_RMS, ki)
+    cdef const char* x = stat_block(p, run, stride, b, &n)
+    return run_moments(x, stride, n, pivot, stat_ahead_end(p, run, stride, ahead_end),
+                       p.mode == MODE_RMS, ki)
 
 
 cdef inline bint run_f32(const SlicePlan* p, const Odometer* s, const Odometer* r,
@@ -506,12 +518,9 @@ cdef struct RowSums:
 
 
 cdef inline void row_sums_block(RowSums* u, const SlicePlan* p, in_t* ki) noexcept nogil:
-    cdef Py_ssize_t start = u.b * CHUNK
-    cdef const char* ahead_end = p.x_end
-    if ahead_end == NULL:
-        ahead_end = u.x + p.stat_len * <Py_ssize_t>sizeof(in_t)
-    lanes_begin(&u.t, u.x + start * <Py_ssize_t>sizeof(in_t), sizeof(in_t),
-                min(<Py_ssize_t>CHUNK, p.stat_len - start), ahead_end, ki)
+    cdef Py_ssize_t n
+    cdef const char* x = stat_block(p, u.x, sizeof(in_t), u.b, &n)
+    lanes_begin(&u.t, x, sizeof(in_t), n, stat_ahead_end(p, u.x, sizeof(in_t), p.x_end), ki)
     u.j = 0
 
 
@@ -536,8 +545,7 @@ cdef inline void row_sums_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
     cdef Moments m
     while u.b < p.stat_chunks:
         start = u.b * CHUNK
-        n = min(<Py_ssize_t>CHUNK, p.stat_len - start)
-        x = u.x + start * <Py_ssize_t>sizeof(in_t)
+        x = stat_block(p, u.x, sizeof(in_t), u.b, &n)
         j1 = max(<Py_ssize_t>0, min(n, upto - start)) // lanes
         if j1 > u.j:
             lanes_steps(&u.t, x, sizeof(in_t), u.j, j1, u.pivot, squares, ki)
