@@ -25,7 +25,7 @@
 # update waits for four dependent operations.
 
 from simd cimport *
-from plan cimport FN_NV, FN_NVC, ROW_ACCS, STATS_AHEAD
+from plan cimport FN_NV, FN_NVC, ROW_ACCS, SIDE_ROW_VECTORS, STATS_AHEAD
 from fetch cimport Ahead, ahead_step, ahead_steps, fetch_lines
 
 cdef struct Moments:
@@ -296,21 +296,62 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
     return run_end(&t, x, stride, n, pivot, squares, kind)
 
 
+cdef inline void run_deviations(const char* x, Py_ssize_t body, fn_vd piv, fn_vd mu,
+                                fn_vd* a, fn_vd* q, in_t* kind) noexcept nogil:
+    """rows_moments' second look along one long run: the sums of
+    d = (x - pivot) - mean and of d * d over its first `body` values (a
+    multiple of FN_W, more than ROW_ACCS * FN_W), into ROW_ACCS vectors
+    each and then into a and q in order.  Rows side by side load a line of
+    each of FN_W rows a few vectors at a time; a long row reads its own
+    lines in order, which the hardware prefetchers follow better."""
+    cdef fn_vd a4[ROW_ACCS]
+    cdef fn_vd q4[ROW_ACCS]
+    cdef fn_vd d, one = fn_one_for_fma()
+    cdef Py_ssize_t w = sizeof(in_t), j
+    cdef int v
+    # From the first vectors on (0 + d): zeroing them first costs a string store.
+    for v in range(ROW_ACCS):
+        d = fn_sub(shifted(vload(x + v * FN_W * w, w, kind), piv, kind), mu)
+        a4[v] = fn_fma(d, one, fn_zero())
+        q4[v] = fn_fma(d, d, fn_zero())
+    j = ROW_ACCS * FN_W
+    while j + ROW_ACCS * FN_W <= body:
+        for v in range(ROW_ACCS):
+            d = fn_sub(shifted(vload(x + (j + v * FN_W) * w, w, kind), piv, kind), mu)
+            a4[v] = fn_fma(d, one, a4[v])
+            q4[v] = fn_fma(d, d, q4[v])
+        j = j + ROW_ACCS * FN_W
+    a[0] = fn_zero()
+    q[0] = fn_zero()
+    for v in range(ROW_ACCS):
+        a[0] = fn_add(a[0], a4[v])
+        q[0] = fn_add(q[0], q4[v])
+    while j < body:
+        d = fn_sub(shifted(vload(x + j * w, w, kind), piv, kind), mu)
+        a[0] = fn_add(a[0], d)
+        q[0] = fn_fma(d, d, q[0])
+        j = j + FN_W
+
+
 cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
                               const double* pivot, double* mean, double* m2,
                               in_t* kind) noexcept nogil:
     """Moments of FN_W short contiguous runs at once: rows[l], n values of
     x - pivot[l] each, into mean[l] and m2[l], for the first `lanes` of
-    them; the others are stand-ins, given lane 0's results (a lane's bits
-    do not depend on the others').
+    them; the others are stand-ins (rows[0] again, read but not kept:
+    given lane 0's results).
 
     A run this short stays in L1 between two looks at it: its mean first,
     then the squared deviations from it, corrected by their sum (the
     corrected two-pass formula: as exact as Welford's, with no chain of
-    updates).  Each look sums a run into a vector; the FN_W vectors are
-    summed across their lanes together (fn_hsum_rows).  A run with inf, NaN
-    or overflowing sums gets a non-finite mean or m2: the caller redoes it
-    Welford's way (scalar_moments).
+    updates).  Each look sums the FN_W runs side by side, a vector of each
+    run a step into that run's own vector: the FN_W chains hide each
+    other's latency, where one run at a time waited on its own chain (or
+    on the sum of several at its end, which cost short rows more than
+    their values).  The FN_W vectors are then summed across their lanes
+    together (fn_hsum_rows).  A run with inf, NaN or overflowing sums gets
+    a non-finite mean or m2: the caller redoes it Welford's way
+    (scalar_moments).
 
     float16/float32 runs take one look instead: shifted sums about each
     run's first value (see the top of this file; the runs that come here
@@ -318,14 +359,16 @@ cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
     float64's 53 bits to the difference)."""
     cdef fn_vd acc[8]
     cdef fn_vd sq[8]
+    cdef fn_vd piv[8]
+    cdef fn_vd mu[8]
     cdef double tail[8]
     cdef double tail_sq[8]
-    cdef fn_vd a4[ROW_ACCS]
-    cdef fn_vd q4[ROW_ACCS]
-    cdef fn_vd a, q, d, piv, mu, t, e, one = fn_one_for_fma()
+    cdef fn_vd d, t, e, q, one = fn_one_for_fma()
     cdef Py_ssize_t w = sizeof(in_t), body = n - n % FN_W, j
     cdef double inv_n = 1.0 / <double>n, dv
-    cdef int l, v
+    cdef int l
+    for l in range(FN_W):
+        piv[l] = fn_set1(pivot[l])
     if in_t is not double:
         # One look: the deviations from each run's first value (the pivots
         # of float16/float32 data are 0), mean = first + their sum / n.
@@ -333,61 +376,48 @@ cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
             mean[l] = sload(rows[l], kind)
         t = fn_load_f64(mean)
     else:
+        # Each sum starts from its first vector (0 + d, as a loop from zero
+        # would give): zeroing the sums first cost a string store a group.
         for l in range(FN_W):
-            acc[l] = fn_zero()
+            acc[l] = fn_zero() if body == 0 else fn_fma(
+                shifted(vload(rows[l], w, kind), piv[l], kind), one, fn_zero())
+        j = FN_W
+        while j < body:
+            for l in range(FN_W):
+                # + on the FMA pipes (fn_one_for_fma), the same bits
+                acc[l] = fn_fma(shifted(vload(rows[l] + j * w, w, kind), piv[l], kind), one,
+                                acc[l])
+            j = j + FN_W
+        for l in range(FN_W):
             tail[l] = 0.0
-            if l >= lanes:
-                continue
-            piv = fn_set1(pivot[l])
-            a = fn_zero()
-            j = 0
-            while j < body:
-                a = fn_add(a, shifted(vload(rows[l] + j * w, w, kind), piv, kind))
-                j = j + FN_W
-            acc[l] = a
             for j in range(body, n):
                 tail[l] = tail[l] + (sload(rows[l] + j * w, kind) - pivot[l])
         t = fn_mul(fn_add(fn_hsum_rows(acc), fn_load_f64(tail)), fn_set1(inv_n))
         fn_store_f64(mean, t)
     for l in range(FN_W):
-        acc[l] = fn_zero()
-        sq[l] = fn_zero()
+        mu[l] = fn_set1(mean[l])
+    if body > SIDE_ROW_VECTORS * FN_W:
+        for l in range(FN_W):
+            run_deviations(rows[l], body, piv[l], mu[l], &acc[l], &sq[l], kind)
+    else:
+        for l in range(FN_W):
+            if body == 0:
+                acc[l] = fn_zero()
+                sq[l] = fn_zero()
+            else:
+                d = fn_sub(shifted(vload(rows[l], w, kind), piv[l], kind), mu[l])
+                acc[l] = fn_fma(d, one, fn_zero())
+                sq[l] = fn_fma(d, d, fn_zero())
+        j = FN_W
+        while j < body:
+            for l in range(FN_W):
+                d = fn_sub(shifted(vload(rows[l] + j * w, w, kind), piv[l], kind), mu[l])
+                acc[l] = fn_fma(d, one, acc[l])
+                sq[l] = fn_fma(d, d, sq[l])
+            j = j + FN_W
+    for l in range(FN_W):
         tail[l] = 0.0
         tail_sq[l] = 0.0
-        if l >= lanes:
-            continue
-        piv = fn_set1(pivot[l])
-        mu = fn_set1(mean[l])
-        a = fn_zero()
-        q = fn_zero()
-        j = 0
-        if body >= 2 * ROW_ACCS * FN_W:
-            # Longer runs (rows in cache, up to 16 KiB) sum into ROW_ACCS
-            # vectors: one chain of additions would pace them at an
-            # addition's latency a vector.  (Shorter ones keep the one: the
-            # vectors' sum cost rows of 32 float32 values 4%.)
-            for v in range(ROW_ACCS):
-                a4[v] = fn_zero()
-                q4[v] = fn_zero()
-            while j + ROW_ACCS * FN_W <= body:
-                for v in range(ROW_ACCS):
-                    d = fn_sub(shifted(vload(rows[l] + (j + v * FN_W) * w, w, kind), piv,
-                                       kind), mu)
-                    # + d on the FMA pipes (fn_one_for_fma): ROW_ACCS
-                    # chains hide its longer latency
-                    a4[v] = fn_fma(d, one, a4[v])
-                    q4[v] = fn_fma(d, d, q4[v])
-                j = j + ROW_ACCS * FN_W
-            for v in range(ROW_ACCS):
-                a = fn_add(a, a4[v])
-                q = fn_add(q, q4[v])
-        while j < body:
-            d = fn_sub(shifted(vload(rows[l] + j * w, w, kind), piv, kind), mu)
-            a = fn_add(a, d)
-            q = fn_fma(d, d, q)
-            j = j + FN_W
-        acc[l] = a
-        sq[l] = q
         for j in range(body, n):
             dv = (sload(rows[l] + j * w, kind) - pivot[l]) - mean[l]
             tail[l] = tail[l] + dv

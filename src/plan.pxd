@@ -30,6 +30,7 @@ cdef extern from "tuning.h":
         FN_NV "FN_NV"
         FN_NVC "FN_NVC"
         ROW_ACCS "FN_ROW_ACCS"
+        SIDE_ROW_VECTORS "FN_SIDE_ROW_VECTORS"
         CHUNK "FN_CHUNK"
         SUM_ROWS "FN_SUM_ROWS"
         SHORT_ROW_MIN "FN_SHORT_ROW_MIN"

@@ -69,8 +69,10 @@ static fn_tuning_t fn_tuning;
 #endif
 
 /* ---- statistics ---------------------------------------------------- */
-/* Sums per long row of the grouped rows: one chain would run at an
- * addition's latency a vector. */
+/* Grouped rows of up to this many vectors are summed side by side, a
+ * chain per row (the rows hide each other's latency); longer ones one at a
+ * time in FN_ROW_ACCS chains, whose sum at the row's end they outweigh. */
+#define FN_SIDE_ROW_VECTORS 16
 #define FN_ROW_ACCS 4
 /* Values per Welford block along a run: the work item when a few long
  * slices are split across threads. */
