@@ -667,29 +667,28 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     """WAY_ROWS: slices first .. first + count (R.batch at most), each one
     short contiguous run (or block of runs, R.flat).  Statistics FN_W
     slices at a time: their moments (rows_moments) for the whole item, then
-    their scales and, with no statistics to write, coefficients in vectors,
-    one lane per slice.
+    their scales, then (with no statistics to write) their coefficients in
+    vectors, one lane per slice.
     Output: with R.rows_out, the rows follow each other and are written in
     one pass over the item, still in L2 (fn_rows_*); others slice by
     slice."""
     cdef const Layout* L = p.L
     cdef const Route* R = p.R
     cdef Py_ssize_t n = p.stat_len, i = 0, j
-    # The item's rows, pivots and moments (FN_W lanes past the last, for a
-    # vector's stand-ins): all moments first, then the scales and
-    # coefficients, whose divisions and square roots then overlap from one
-    # vector of rows to the next instead of waiting on each other.
+    # The item's rows, pivots, moments and scales (FN_W lanes past the
+    # last, for a vector's stand-ins).
     cdef const char* all_rows[SHORT_BATCH + 8]
     cdef double all_piv[SHORT_BATCH + 8]
     cdef double all_mean[SHORT_BATCH + 8]
     cdef double all_m2[SHORT_BATCH + 8]
+    cdef double all_scale[SHORT_BATCH + 8]
     cdef Py_ssize_t all_off[SHORT_BATCH + 8]
     cdef const char** rows
     cdef double* piv
     cdef double* mean
     cdef double* m2
     cdef Py_ssize_t* off_s
-    cdef double scale[8]
+    cdef double* scale
     cdef Coef coefs[SHORT_BATCH]
     cdef float f_m[SHORT_BATCH]
     cdef float f_k2[SHORT_BATCH]
@@ -742,6 +741,22 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
         if p.mode != MODE_GIVEN:
             rows_moments(rows, lanes, n, piv, &all_mean[i], &all_m2[i], ki)
         i = i + lanes
+    # The scales, all of them before any coefficients: a vector's
+    # division, square root and division then overlap with the next
+    # vectors' instead of holding up its coefficients.
+    i = 0
+    while i < count and p.mode != MODE_GIVEN:
+        if p.mode != MODE_STATS:
+            var = fn_div(fn_load_f64(&all_m2[i]), fn_set1(<double>n))
+            if p.mode == MODE_RMS:
+                mv = fn_add(fn_load_f64(&all_piv[i]), fn_load_f64(&all_mean[i]))
+                den = fn_add(fn_fma(mv, mv, var), fn_set1(p.eps))
+            else:
+                den = fn_add(var, fn_set1(p.eps))
+            fn_store_f64(&all_scale[i], fn_div(fn_set1(1.0), fn_sqrt(den)))
+        else:
+            fn_store_f64(&all_scale[i], fn_set1(1.0))
+        i = i + FN_W
     i = 0
     while i < count:
         lanes = <int>min(<Py_ssize_t>FN_W, count - i)
@@ -750,17 +765,8 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
         mean = &all_mean[i]
         m2 = &all_m2[i]
         off_s = &all_off[i]
+        scale = &all_scale[i]
         if p.mode != MODE_GIVEN:
-            if p.mode != MODE_STATS:
-                var = fn_div(fn_load_f64(m2), fn_set1(<double>n))
-                if p.mode == MODE_RMS:
-                    mv = fn_add(fn_load_f64(piv), fn_load_f64(mean))
-                    den = fn_add(fn_fma(mv, mv, var), fn_set1(p.eps))
-                else:
-                    den = fn_add(var, fn_set1(p.eps))
-                fn_store_f64(scale, fn_div(fn_set1(1.0), fn_sqrt(den)))
-            else:
-                fn_store_f64(scale, fn_set1(1.0))
             # No statistics to write and the whole item in one pass: the
             # coefficients of the FN_W slices in vectors.
             if quick and n_f32 == count:
