@@ -122,7 +122,9 @@ def test_short_rows_rms_norm_and_mean_var(problem):
     assert_close(var, rvar[:, 0], tol * rvar[:, 0], "var")
 
 
-@pytest.mark.parametrize("n", [8, 9, 15, 16, 17, 32, 100, 255])
+# 67 and 68: with AVX2, the longest rows summed side by side (a body of 16
+# vectors and a tail) and the shortest one at a time (FN_SIDE_ROW_VECTORS).
+@pytest.mark.parametrize("n", [8, 9, 15, 16, 17, 32, 67, 68, 100, 255])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_short_rows_every_level_and_thread_count(simd_level, n, dtype):
     # Rows of n values, 2100 of them (nine work items, a partial batch);
@@ -288,7 +290,7 @@ def test_short_rows_eval_statistics_given():
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-@pytest.mark.parametrize("n", [8, 17, 31, 32, 100, 256])
+@pytest.mark.parametrize("n", [8, 17, 31, 32, 67, 68, 100, 256])
 def test_short_rows_results_do_not_depend_on_the_rows_beside_them(dtype, n):
     # Rows go a vector of rows at a time; a last vector of fewer rows (1 to
     # 7 here) must give each row the bits it gets in a full one.
