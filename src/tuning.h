@@ -74,6 +74,9 @@ static fn_tuning_t fn_tuning;
  * time in FN_ROW_ACCS chains, whose sum at the row's end they outweigh. */
 #define FN_SIDE_ROW_VECTORS 16
 #define FN_ROW_ACCS 4
+#if FN_SIDE_ROW_VECTORS < FN_ROW_ACCS
+#error "a row summed one at a time starts its FN_ROW_ACCS chains from its first vectors"
+#endif
 /* Values per Welford block along a run: the work item when a few long
  * slices are split across threads. */
 #define FN_CHUNK 4096
