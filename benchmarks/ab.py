@@ -1,6 +1,6 @@
 """Two builds of fastnorm, timed against each other in one run.
 
-    python benchmarks/ab.py PYTHON_A PYTHON_B [--rounds 5] [--threads 1,2] [--only TEXT]
+    python benchmarks/ab.py PYTHON_A PYTHON_B [--rounds 5] [--threads 1,2] [--only TEXT ...]
 
 Each PYTHON is the interpreter of an environment with one build installed
 (a venv's bin/python).  The cases are the rows of the performance table in
@@ -130,7 +130,7 @@ def worker(threads, only):
     import fastnorm as fn
     results = {}
     for label, op, shape, kwargs, dtypes in CASES:
-        if only and only not in label:
+        if only and not any(text in label for text in only):
             continue
         for dtype in dtypes:
             call = prepare(fn, np, op, shape, kwargs, dtype)
@@ -154,7 +154,8 @@ def main(argv=None):
     p.add_argument("python_b")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", default="1,2")
-    p.add_argument("--only", default="")
+    p.add_argument("--only", action="append", default=[],
+                   help="only the cases whose label contains TEXT (repeatable)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
@@ -162,8 +163,9 @@ def main(argv=None):
         worker(threads, args.only)
         return 0
     runs = {"A": [], "B": []}
-    cmd = [os.path.abspath(__file__), "--worker", "--threads", args.threads, "--only",
-           args.only, "x", "x"]
+    cmd = [os.path.abspath(__file__), "--worker", "--threads", args.threads, "x", "x"]
+    for text in args.only:
+        cmd += ["--only", text]
     for r in range(args.rounds):
         for which, py in (("A", args.python_a), ("B", args.python_b)):
             out = subprocess.run([py, "-I"] + cmd, capture_output=True, text=True,

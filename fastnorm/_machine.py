@@ -248,10 +248,11 @@ def derive(m):
         # float64 rows run with periodic coefficients (24 bytes a column)
         # while those stay within three eighths of L1d beside the stream.
         "periodic_bytes": _line(l1d * 3 // 8, 1 * KIB),
-        # Outputs of half the last-level cache or more are written around
-        # the caches: beside x they would not stay there, and would evict x
-        # and the caller's data on their way to memory.
-        "stream_min_bytes": max(l3 // 2, 2 * l2),
+        # Outputs of a core's share of the last-level cache or more (L3
+        # over the cores, half at most) are written around the caches: the
+        # other cores' data shares it, so beside x they would not stay
+        # there, and would evict x and the caller's data on their way out.
+        "stream_min_bytes": max(l3 // max(2, m.cores), 2 * l2),
         # Columns a masked COLUMNS item walks: their states (72 bytes a
         # column) within half of L1d, in whole vectors of 16.
         "mask_tile": max(16, l1d // 2 // 72 // 16 * 16),

@@ -725,8 +725,8 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         R.way = WAY_LANES
     elif R.short_runs or R.threads <= 1 or L.n_slices >= 2 * R.threads:
         R.way = WAY_WHOLE
-        # Single runs read from memory (x beyond half the last-level cache,
-        # as for streamed outputs), written upwards by the float32 pass: a
+        # Single runs read from memory (x of at least the size from which
+        # outputs stream), written upwards by the float32 pass: a
         # slice's statistics read with nothing written, its output writes
         # with nothing read; in turns, both are in flight at once.  (The
         # double pass fetches the next slice as it writes one already; a
