@@ -292,7 +292,12 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
     against)."""
     cdef Lanes t
     lanes_begin(&t, x, stride, n, ahead_end, kind)
-    lanes_steps(&t, x, stride, 0, n // (FN_NV * FN_W), pivot, squares, kind)
+    if stride == sizeof(in_t):
+        # The stride as a constant: a step's vectors are then addressed from
+        # one pointer, not from a base a vector kept on the stack.
+        lanes_steps(&t, x, sizeof(in_t), 0, n // (FN_NV * FN_W), pivot, squares, kind)
+    else:
+        lanes_steps(&t, x, stride, 0, n // (FN_NV * FN_W), pivot, squares, kind)
     return run_end(&t, x, stride, n, pivot, squares, kind)
 
 
