@@ -40,7 +40,7 @@ class Machine:
 FALLBACK = {"l1d": 32 * KIB, "l2": 512 * KIB, "l3": 8 * MIB}
 NAMES = ("l1d", "l2", "l3", "cores")
 # Tuning values that count values or columns; the others are bytes.
-COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "mask_tile")
+COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "mask_tile", "paged_grad_rows")
 
 
 def parse_size(text):
@@ -256,6 +256,11 @@ def derive(m):
         # Columns a masked COLUMNS item walks: their states (72 bytes a
         # column) within half of L1d, in whole vectors of 16.
         "mask_tile": max(16, l1d // 2 // 72 // 16 * 16),
+        # Gradient rows an L1 way apart (4 KiB) read side by side: tuning.h's
+        # GRAD_ROWS (4) where an L1 set holds their 8 lines of x and dy and
+        # the partial buffers' 2, half as many where it does not.  A set has
+        # L1d / 4 KiB ways (x86 indexes L1d within a page).
+        "paged_grad_rows": 4 if l1d // (4 * KIB) >= 2 * 4 + 2 else 2,
     }
 
 

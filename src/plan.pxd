@@ -98,6 +98,7 @@ cdef extern from "tuning.h" nogil:
         Py_ssize_t periodic_bytes
         Py_ssize_t stream_min_bytes
         Py_ssize_t mask_tile
+        Py_ssize_t paged_grad_rows
     fn_tuning_t fn_tuning
     Py_ssize_t PARALLEL_MIN "FN_PARALLEL_MIN"
     Py_ssize_t SAME_SPLIT_BYTES "FN_SAME_SPLIT_BYTES"
@@ -117,6 +118,7 @@ cdef extern from "tuning.h" nogil:
     Py_ssize_t PERIODIC_BYTES "FN_PERIODIC_BYTES"
     Py_ssize_t STREAM_MIN_BYTES "FN_STREAM_MIN_BYTES"
     Py_ssize_t MASK_TILE "FN_MASK_TILE"
+    Py_ssize_t PAGED_GRAD_ROWS "FN_PAGED_GRAD_ROWS"
 
 cdef extern from "simd.h" nogil:
     void fn_set_schedule(int same_split, int guided)
@@ -776,12 +778,12 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
     if (L.n_red == 1 and L.red[0].stride[OP_X] == isz and L.red[0].stride[OP_B] == isz
             and L.red[0].stride[OP_G] == 8 and same_for_all(L, OP_G)):
         R.way = WAY_ROWS
-        # Rows a multiple of an L1 way apart share their sets: a whole group
-        # of x's and dy's rows fills a set's ways, and each line the partial
-        # buffers bring there evicts one still being read.  Half a group
-        # leaves room.
+        # Rows a multiple of an L1 way apart share their sets: where a whole
+        # group of x's and dy's rows fills a set's ways, each line the
+        # partial buffers bring there evicts one still being read, and half
+        # a group leaves room (PAGED_GRAD_ROWS, from the L1's ways).
         R.batch = GRAD_ROWS
         if L.n_kept > 0 and (way_apart(L.kept[L.n_kept - 1].stride[OP_X])
                              or way_apart(L.kept[L.n_kept - 1].stride[OP_B])):
-            R.batch = GRAD_ROWS // 2
+            R.batch = GRAD_ROWS if PAGED_GRAD_ROWS >= GRAD_ROWS else GRAD_ROWS // 2
     return 0

@@ -33,6 +33,7 @@ typedef struct {
     ptrdiff_t periodic_bytes;
     ptrdiff_t stream_min_bytes;
     ptrdiff_t mask_tile;
+    ptrdiff_t paged_grad_rows;
 } fn_tuning_t;
 
 /* One per kernel module (each level is one translation unit); zero until
@@ -57,6 +58,7 @@ static fn_tuning_t fn_tuning;
 #define FN_PERIODIC_BYTES (fn_tuning.periodic_bytes)
 #define FN_STREAM_MIN_BYTES (fn_tuning.stream_min_bytes)
 #define FN_MASK_TILE (fn_tuning.mask_tile)
+#define FN_PAGED_GRAD_ROWS (fn_tuning.paged_grad_rows)
 
 /* ---- vector registers ---------------------------------------------- */
 /* Independent accumulators per Welford run: hide the sub -> fma latency. */

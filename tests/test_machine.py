@@ -185,6 +185,15 @@ def test_outputs_stream_from_a_cores_share_of_the_last_level_cache():
     assert _machine.derive(HUGE)["stream_min_bytes"] == 2 * HUGE.l2
 
 
+def test_gradient_rows_a_page_apart_go_four_where_an_l1_set_holds_them():
+    # 8 ways (32 KiB): four rows of x and dy fill a set; two go side by side.
+    assert _machine.derive(ZEN)["paged_grad_rows"] == 2
+    assert _machine.derive(TINY)["paged_grad_rows"] == 2
+    # 12 ways (48 KiB) hold four rows' 8 lines and the partial buffers' 2.
+    assert _machine.derive(XEON)["paged_grad_rows"] == 4
+    assert _machine.derive(HUGE)["paged_grad_rows"] == 4
+
+
 def test_values_keep_their_relations_on_any_machine():
     for m in MACHINES:
         t = _machine.derive(m)
@@ -229,12 +238,17 @@ def _calls(rng, dtype):
     x = (3 + rng.standard_normal((4, 20, 20, 48))).astype(dtype)     # NHWC columns
     out.append(("batch_norm NHWC", lambda x=x: fastnorm.batch_norm(x, axis=(0, 1, 2)),
                 ref_layer_norm(x, (0, 1, 2))[0]))
-    x = (3 + rng.standard_normal((900, 1000))).astype(dtype)         # gradients
+    # gradients, rows a page apart: two or four side by side by the machine
+    x = (3 + rng.standard_normal((901, 1024))).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
+    g = rng.uniform(0.5, 2, x.shape[1])
     _, m, r = fastnorm.layer_norm(x, return_stats=True)
-    out.append(("layer_norm_backward rows",
-                lambda x=x, dy=dy, m=m, r=r: fastnorm.layer_norm_backward(dy, x, m, r)[0],
-                ref_norm_grads(dy, x, (1,), (1,))["dx"]))
+    grads = ref_norm_grads(dy, x, (1,), (1,), gamma=g[None])
+    for i, name in enumerate(("dx", "dgamma")):
+        out.append((f"layer_norm_backward rows {name}",
+                    lambda x=x, dy=dy, m=m, r=r, g=g, i=i:
+                        fastnorm.layer_norm_backward(dy, x, m, r, g)[i],
+                    grads[name].reshape(-1 if name == "dgamma" else x.shape)))
     return out
 
 
