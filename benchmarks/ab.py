@@ -1,16 +1,20 @@
-"""Two builds of fastnorm, timed against each other in one run.
+"""Two builds of fastnorm or more, timed against each other in one run.
 
-    python benchmarks/ab.py PYTHON_A PYTHON_B [--rounds 5] [--threads 1,2] [--only TEXT ...]
+    python benchmarks/ab.py PYTHON_A PYTHON_B [PYTHON_C ...] [--rounds 5]
+        [--threads 1,2] [--only TEXT ...] [--budget SECONDS]
 
 Each PYTHON is the interpreter of an environment with one build installed
-(a venv's bin/python).  The cases are the rows of the performance table in
+(a venv's bin/python), or any executable that runs one (a shell script
+that sets FASTNORM_CACHES first, say).  The cases are the rows of the performance table in
 docs/performance.md, float32 and float64, with out= preallocated, and the
-small calls.  Rounds alternate the builds (A, B, A, B, ...): each round
-starts a fresh process per build that times every case (the median of a
-few calls, after a warm-up) on 1 and 2 threads; the report gives, per case
-and thread count, the median over rounds of each build's time and of the
-ratio B / A taken round by round (adjacent runs see the same machine
-state), then the median and largest of those ratios.  Not an asv
+small calls.  Rounds alternate the builds (A, B, C, then C, B, A, ...):
+each round starts a fresh process per build that times every case (the
+median of a few calls, after a warm-up) on 1 and 2 threads; the report
+gives, per case and thread count, the median over rounds of each build's
+time and of its ratio to A taken round by round (adjacent runs see the
+same machine state), then the median and largest of those ratios.
+--budget stops starting rounds after that many seconds (on a machine lent
+for a while), and the report covers the rounds done.  Not an asv
 benchmark: asv imports this module and finds nothing to time.
 """
 import argparse
@@ -150,40 +154,63 @@ def worker(threads, only):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("python_a")
-    p.add_argument("python_b")
+    p.add_argument("pythons", nargs="*", metavar="PYTHON")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--only", action="append", default=[],
                    help="only the cases whose label contains TEXT (repeatable)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="start no round after this many seconds")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
     if args.worker:
         worker(threads, args.only)
         return 0
-    runs = {"A": [], "B": []}
-    cmd = [os.path.abspath(__file__), "--worker", "--threads", args.threads, "x", "x"]
+    if len(args.pythons) < 2:
+        p.error("two builds at least: PYTHON_A PYTHON_B [PYTHON_C ...]")
+    if len(args.pythons) > 26:
+        p.error("26 builds at most (A to Z)")
+    builds = [(chr(ord("A") + i), py) for i, py in enumerate(args.pythons)]
+    runs = {name: [] for name, _ in builds}
+    cmd = [os.path.abspath(__file__), "--worker", "--threads", args.threads]
     for text in args.only:
         cmd += ["--only", text]
+    end = None if args.budget is None else time.monotonic() + args.budget
     for r in range(args.rounds):
-        for which, py in (("A", args.python_a), ("B", args.python_b)):
+        if end is not None and r > 0 and time.monotonic() > end:
+            print(f"budget spent after {r} rounds", file=sys.stderr)
+            break
+        for name, py in builds if r % 2 == 0 else builds[::-1]:
             out = subprocess.run([py, "-I"] + cmd, capture_output=True, text=True,
                                  cwd="/", check=True)
-            runs[which].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"round {r + 1} of {args.rounds} done", file=sys.stderr)
-    ratios = []
-    print(f"{'case':52s} {'A ms':>9s} {'B ms':>9s} {'B / A':>6s}")
-    for key in runs["A"][0]:
-        a = [run[key] for run in runs["A"]]
-        b = [run[key] for run in runs["B"]]
-        ratio = statistics.median(y / x for x, y in zip(a, b))
-        ratios.append(ratio)
-        print(f"{key:52s} {statistics.median(a) * 1e3:9.3f} {statistics.median(b) * 1e3:9.3f} "
-              f"{ratio:6.3f}")
-    print(f"\nmedian ratio B / A {statistics.median(ratios):.3f}, largest {max(ratios):.3f} "
-          f"({len(ratios)} cases, {args.rounds} rounds)")
+    report(runs)
     return 0
+
+
+def report(runs):
+    """Per case, each build's median time and its median ratio to A."""
+    names = list(runs)
+    done = len(runs["A"])
+    ratios = {name: [] for name in names[1:]}
+    print(f"{'case':52s}" + "".join(f"{name + ' ms':>10s}" for name in names)
+          + "".join(f"{name + ' / A':>7s}" for name in names[1:]))
+    for key in runs["A"][0]:
+        line = f"{key:52s}"
+        for name in names:
+            line += f"{statistics.median(run[key] for run in runs[name]) * 1e3:10.3f}"
+        for name in names[1:]:
+            ratio = statistics.median(runs[name][i][key] / runs["A"][i][key]
+                                      for i in range(done))
+            ratios[name].append(ratio)
+            line += f"{ratio:7.3f}"
+        print(line)
+    print()
+    for name in names[1:]:
+        print(f"median ratio {name} / A {statistics.median(ratios[name]):.3f}, "
+              f"largest {max(ratios[name]):.3f} ({len(ratios[name])} cases, {done} rounds)")
 
 
 if __name__ == "__main__":
