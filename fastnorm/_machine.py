@@ -202,6 +202,9 @@ def derive(m):
     l1d = _line(m.l1d, 4 * KIB)
     l2 = _line(m.l2, 64 * KIB)
     l3 = _line(max(m.l3, m.l2), 64 * KIB)
+    # A core's share of the last-level cache (half of it at most): the
+    # cores' data shares it.
+    share = l3 // max(2, m.cores)
     return {
         # Calls of fewer values run on one thread: one core works through
         # twice its L1d in values (from L1 and L2) sooner than a team starts
@@ -213,15 +216,18 @@ def derive(m):
         # Contiguous statistics fetch a quarter of L1d ahead: far enough for
         # the reads from memory in flight, near enough to stay in L1.
         "stats_ahead": _line(l1d // 4, 1 * KIB),
-        # Rows are grouped (one vector lane a row) when x fits two cores' L2
-        # (it comes from cache, where a row's reductions cost more than its
-        # values) and a row an 128th of L2 (16 rows of a group, read twice,
-        # stay in an eighth of it); float64 rows take two looks: a quarter.
-        # From cache, rows at least twice as long as from memory
-        # (tuning.h's SHORT_ROW_BYTES, 1 KiB) are grouped.
-        "cached_bytes": 2 * l2,
+        # Rows are grouped (one vector lane a row) while x and y together
+        # fit half a core's share of the last-level cache, two L2s at least
+        # (they come from cache, where a row's reductions cost more than
+        # its values; from memory, each row a page, they lose the
+        # prefetchers at every row), and a row an 128th of L2 (16 rows of a
+        # group, read twice, stay in an eighth of it).  float64 rows take
+        # two looks: a quarter of the L2 terms.  From cache, rows at least
+        # twice as long as from memory (tuning.h's SHORT_ROW_BYTES, 1 KiB)
+        # are grouped.
+        "cached_bytes": max(2 * l2, share // 2),
         "cached_row_bytes": _line(l2 // 128, 4 * KIB),
-        "cached_bytes_f64": l2 // 2,
+        "cached_bytes_f64": max(l2 // 2, share // 2),
         "cached_row_bytes_f64": _line(l2 // 512, 2 * KIB),
         # The next slice of a strided slice, fetched while it is written:
         # half of L1d, beside what is being written.
@@ -252,7 +258,7 @@ def derive(m):
         # over the cores, half at most) are written around the caches: the
         # other cores' data shares it, so beside x they would not stay
         # there, and would evict x and the caller's data on their way out.
-        "stream_min_bytes": max(l3 // max(2, m.cores), 2 * l2),
+        "stream_min_bytes": max(share, 2 * l2),
         # Columns a masked COLUMNS item walks: their states (72 bytes a
         # column) within half of L1d, in whole vectors of 16.
         "mask_tile": max(16, l1d // 2 // 72 // 16 * 16),

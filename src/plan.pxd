@@ -503,7 +503,7 @@ cdef struct Route:
     bint g_table         # ...with gamma along the run as a float table (else one value a run)
     bint b_table         # ...and beta
     bint rows_out        # (ROWS) rows that follow each other are written as one run
-    bint in_cache        # x fits the caches: the grouped rows fetch nothing ahead
+    bint in_cache        # x and y fit the caches: the grouped rows fetch nothing ahead
     bint short_runs      # (WHOLE) statistics of several short runs a vector of runs at a time
     bint flat            # (SLICES) each slice of several runs is one block of x: its
                          # statistics as one run (the runs differ in gain or bias)
@@ -691,7 +691,8 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     stat_bytes = L.slice_len * isz if R.flat else row_bytes
     cached_bytes = CACHED_BYTES_F64 if xt == 2 else CACHED_BYTES
     cached_row = CACHED_ROW_BYTES_F64 if xt == 2 else CACHED_ROW_BYTES
-    if (n_runs == 1 or R.flat) and L.n_slices * stat_bytes <= cached_bytes:
+    # x and y, all the call reads and writes, fit the caches: rows grouped
+    if (n_runs == 1 or R.flat) and L.n_slices * stat_bytes + y_bytes <= cached_bytes:
         R.in_cache = True
         R.row_max = cached_row
         # whole groups of FN_W rows (a group of fewer costs as much)

@@ -162,7 +162,8 @@ def test_every_value_is_a_positive_int_the_kernels_accept(m):
 def test_values_follow_the_caches_they_come_from():
     small, large = _machine.derive(ZEN), _machine.derive(XEON)
     for name in small:
-        if name != "stream_min_bytes":   # a core's share of L3: see below
+        # a core's share of L3 (see below): the EPYC's two cores share more
+        if name not in ("stream_min_bytes", "cached_bytes", "cached_bytes_f64"):
             assert small[name] <= large[name], name
     # L2-sized decisions scale with L2, L1-sized ones with L1d.
     assert large["sweep_bytes"] == 4 * small["sweep_bytes"]
@@ -183,6 +184,19 @@ def test_outputs_stream_from_a_cores_share_of_the_last_level_cache():
     assert _machine.derive(many)["stream_min_bytes"] == 300 * MIB // 16
     # Never below two L2s, where the private caches hold more than the share.
     assert _machine.derive(HUGE)["stream_min_bytes"] == 2 * HUGE.l2
+
+
+def test_rows_are_grouped_while_x_and_y_fit_half_a_cores_share_of_l3():
+    # Two cores of 32 MiB: 8 MiB, float32 and float64 alike.
+    assert _machine.derive(ZEN)["cached_bytes"] == 8 * MIB
+    assert _machine.derive(ZEN)["cached_bytes_f64"] == 8 * MIB
+    # Sixteen cores of 105 MiB: 3.3 MiB, less than two L2s (4 MiB) and more
+    # than a quarter of them (float64).
+    assert _machine.derive(XEON)["cached_bytes"] == 4 * MIB
+    assert _machine.derive(XEON)["cached_bytes_f64"] == 105 * MIB // 32
+    # One core: half of L3 its share, a quarter of it the bound.
+    one = Machine(l1d=32 * KIB, l2=512 * KIB, l3=32 * MIB, cores=1, source="test")
+    assert _machine.derive(one)["cached_bytes"] == 8 * MIB
 
 
 def test_gradient_rows_a_page_apart_go_four_where_an_l1_set_holds_them():

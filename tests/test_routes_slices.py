@@ -49,17 +49,19 @@ WHOLE = {"pattern": "slices", "schedule": "whole"}
 TURNS = {"pattern": "slices", "schedule": "turns"}
 # Short rows: up to this many bytes (longer ones only while x is in cache).
 SHORT_ROW_BYTES = 1024
-# The bounds the kernels use (x's bytes, a row's bytes), by itemsize.
+# The bounds the kernels use (x's and y's bytes together, a row's bytes),
+# by itemsize.
 _T = _simd.kernels.tuning()
 CACHED = {2: (_T["cached_bytes"], _T["cached_row_bytes"]),
           4: (_T["cached_bytes"], _T["cached_row_bytes"]),
           8: (_T["cached_bytes_f64"], _T["cached_row_bytes_f64"])}
 
 
-def _cached_route(x):
-    """In cache, rows up to the cached bound take the rows schedule."""
+def _cached_route(x, y_bytes):
+    """In cache (x and an output of y_bytes within the bound), rows up to
+    the cached bound take the rows schedule."""
     total, row = CACHED[x.itemsize]
-    assert x.nbytes <= total
+    assert x.nbytes + y_bytes <= total
     return dict(ROWS if x.shape[1] * x.itemsize <= row else WHOLE, in_cache=True)
 
 
@@ -348,7 +350,8 @@ def cached_row_problems(draw):
     longest = row // dtype.itemsize
     n = draw(st.one_of(st.integers(65, longest + 16),      # a few past the bound too
                        st.sampled_from([128, 129, longest - 1, longest, longest + 1])))
-    rows = draw(st.integers(1, max(1, min(300, total // (n * dtype.itemsize)))))
+    # x and y of its size within the bound
+    rows = draw(st.integers(1, max(1, min(300, total // (2 * n * dtype.itemsize)))))
     offset = draw(st.sampled_from([0.0, 3.0, 1e6 if dtype != np.float16 else 100.0]))
     params = draw(st.sampled_from(["none", "along", "one"]))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -359,7 +362,7 @@ def cached_row_problems(draw):
 @given(cached_row_problems())
 def test_cached_rows_layer_norm(problem):
     x, gamma, beta = row_problem(*problem, spread=True)
-    assert_route(_cached_route(x), fastnorm.layer_norm, x, gamma, beta, eps=EPS)
+    assert_route(_cached_route(x, x.nbytes), fastnorm.layer_norm, x, gamma, beta, eps=EPS)
     y, mean, rstd = fastnorm.layer_norm(x, gamma, beta, eps=EPS, return_stats=True)
     _check_cached(x, gamma, beta, y, mean, rstd)
     # Without statistics (coefficients a group of rows at a time): the same bits.
@@ -370,7 +373,7 @@ def test_cached_rows_layer_norm(problem):
 @given(cached_row_problems())
 def test_cached_rows_mean_var(problem):
     x, _, _ = row_problem(*problem, spread=True)
-    assert_route(_cached_route(x), fastnorm.mean_var, x, axis=1, dtype=np.float64)
+    assert_route(_cached_route(x, 0), fastnorm.mean_var, x, axis=1, dtype=np.float64)
     mean, var = fastnorm.mean_var(x, axis=1, dtype=np.float64)
     rmean, rvar, _ = ref_mean_var(x, (1,))
     tol = 1e-12 if x.dtype == np.float64 else 1e-9
@@ -381,33 +384,44 @@ def test_cached_rows_mean_var(problem):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_cached_rows_on_both_sides_of_the_size_bound(dtype):
-    # Rows of the longest cached length: as many as fill the bound (the
-    # grouped way), and one more (each row its own way); both right, and
-    # a row gets its values either way.
+    # Rows of the longest cached length: as many as fill the bound with x
+    # and y (the grouped way), and one more (each row its own way); both
+    # right, and a row gets its values either way.
     total, row = CACHED[np.dtype(dtype).itemsize]
     n = row // np.dtype(dtype).itemsize
-    rows = total // row
+    rows = total // (2 * row)
     rng = np.random.default_rng(11)
-    x = (1e3 + rng.standard_normal((rows + 1, n))).astype(dtype)
+    x = (1e3 + rng.standard_normal((2 * rows + 1, n))).astype(dtype)
     gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
     assert_route(dict(ROWS, in_cache=True), fastnorm.layer_norm, x[:rows], gamma, beta,
                  eps=EPS)
-    assert_route(dict(WHOLE, in_cache=False), fastnorm.layer_norm, x, gamma, beta, eps=EPS)
+    assert_route(dict(WHOLE, in_cache=False), fastnorm.layer_norm, x[:rows + 1], gamma, beta,
+                 eps=EPS)
     inside = fastnorm.layer_norm(x[:rows], gamma, beta, eps=EPS)
-    outside = fastnorm.layer_norm(x, gamma, beta, eps=EPS)
+    outside = fastnorm.layer_norm(x[:rows + 1], gamma, beta, eps=EPS)
     _check_cached(x[:rows], gamma, beta, inside)
-    _check_cached(x, gamma, beta, outside)
+    _check_cached(x[:rows + 1], gamma, beta, outside)
+    # Statistics alone write nothing the size of x: twice the rows fit.
+    assert_route(dict(ROWS, in_cache=True), fastnorm.mean_var, x[:2 * rows], axis=1)
+    assert_route(dict(WHOLE, in_cache=False), fastnorm.mean_var, x, axis=1)
+    for part in (x[:2 * rows], x):
+        mean, var = fastnorm.mean_var(part, axis=1, dtype=np.float64)
+        rmean, rvar, _ = ref_mean_var(part, (1,))
+        assert_close(var, rvar[:, 0], 1e-9 * rvar[:, 0], "var")
 
 
 @pytest.mark.parametrize("n", [64, 127, 128, 129, 768, 1000, 4095])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_cached_rows_every_level_and_thread_count(simd_level, n, dtype):
-    # 203 rows: several work items and a partial group of rows; the same
-    # bits on one thread and two.
-    while n * np.dtype(dtype).itemsize > CACHED[np.dtype(dtype).itemsize][1]:
+    # 203 rows (fewer where x and y would not fit the bound, an odd count):
+    # several work items and a partial group of rows; the same bits on one
+    # thread and two.
+    total, row = CACHED[np.dtype(dtype).itemsize]
+    while n * np.dtype(dtype).itemsize > row:
         n //= 2
+    rows = min(203, total // (2 * n * np.dtype(dtype).itemsize) // 2 * 2 - 1)
     rng = np.random.default_rng(n)
-    x = (1e3 + rng.standard_normal((203, n))).astype(dtype)
+    x = (1e3 + rng.standard_normal((rows, n))).astype(dtype)
     gamma, beta = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
     assert_route(dict(ROWS, in_cache=True), fastnorm.layer_norm, x, gamma, beta, eps=EPS)
     outs = []
@@ -639,8 +653,8 @@ def test_contiguous_rows_fetch_ahead_across_rows(dtype, n, threads):
 @pytest.mark.parametrize("n", [8, 33, 100, 255])
 def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
     # Short rows fetch ahead only in calls too large for the cache (x over
-    # 4 MiB; float64 1 MiB): just over that here, ending at the last
-    # readable byte.
+    # the cached bound, without y's bytes, here 4 MiB): just over that,
+    # ending at the last readable byte.
     bound = CACHED[np.dtype(dtype).itemsize][0]
     x = at_the_end_of_memory(data((bound // (n * np.dtype(dtype).itemsize) + 37, n), dtype))
     y = np.empty_like(x)
@@ -663,10 +677,12 @@ def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
 # --------------------------------------------------------------------------
 # rows from memory in turns
 
-# The test machine with a last-level cache that holds any x of these tests:
-# the same rows then go whole, slice by slice.
-BIG_L3 = _machine.Machine(l1d=_machine.MACHINE.l1d, l2=_machine.MACHINE.l2, l3=1 << 30,
-                          cores=_machine.MACHINE.cores, source="test")
+# The test machine with a last-level cache three times as large: the x of
+# these tests is below its stream size, and x and y above its cached bound,
+# so the same rows go whole, slice by slice.
+BIG_L3 = _machine.Machine(l1d=_machine.MACHINE.l1d, l2=_machine.MACHINE.l2,
+                          l3=3 * _machine.MACHINE.l3, cores=_machine.MACHINE.cores,
+                          source="test")
 
 
 @pytest.mark.parametrize("n", [1000, 4096 + 17, 2 * 4096 + 515])
