@@ -217,17 +217,18 @@ def derive(m):
         # the reads from memory in flight, near enough to stay in L1.
         "stats_ahead": _line(l1d // 4, 1 * KIB),
         # Rows are grouped (one vector lane a row) while x and y together
-        # fit half a core's share of the last-level cache, two L2s at least
-        # (they come from cache, where a row's reductions cost more than
-        # its values; from memory, each row a page, they lose the
-        # prefetchers at every row), and a row an 128th of L2 (16 rows of a
-        # group, read twice, stay in an eighth of it).  float64 rows take
-        # two looks: a quarter of the L2 terms.  From cache, rows at least
+        # fit a quarter of a core's share of the last-level cache, two L2s
+        # at least (they come from cache, where a row's reductions cost
+        # more than its values; from memory, each row a page, they lose the
+        # prefetchers at every row; a quarter, since other processes' data
+        # shares L3 too), and a row an 128th of L2 (16 rows of a group,
+        # read twice, stay in an eighth of it).  float64 rows take two
+        # looks: a quarter of the L2 terms.  From cache, rows at least
         # twice as long as from memory (tuning.h's SHORT_ROW_BYTES, 1 KiB)
         # are grouped.
-        "cached_bytes": max(2 * l2, share // 2),
+        "cached_bytes": max(2 * l2, share // 4),
         "cached_row_bytes": _line(l2 // 128, 4 * KIB),
-        "cached_bytes_f64": max(l2 // 2, share // 2),
+        "cached_bytes_f64": max(l2 // 2, share // 4),
         "cached_row_bytes_f64": _line(l2 // 512, 2 * KIB),
         # The next slice of a strided slice, fetched while it is written:
         # half of L1d, beside what is being written.

@@ -186,17 +186,17 @@ def test_outputs_stream_from_a_cores_share_of_the_last_level_cache():
     assert _machine.derive(HUGE)["stream_min_bytes"] == 2 * HUGE.l2
 
 
-def test_rows_are_grouped_while_x_and_y_fit_half_a_cores_share_of_l3():
-    # Two cores of 32 MiB: 8 MiB, float32 and float64 alike.
-    assert _machine.derive(ZEN)["cached_bytes"] == 8 * MIB
-    assert _machine.derive(ZEN)["cached_bytes_f64"] == 8 * MIB
-    # Sixteen cores of 105 MiB: 3.3 MiB, less than two L2s (4 MiB) and more
-    # than a quarter of them (float64).
+def test_rows_are_grouped_while_x_and_y_fit_a_quarter_of_a_cores_share_of_l3():
+    # Two cores of 32 MiB: 4 MiB, float32 and float64 alike.
+    assert _machine.derive(ZEN)["cached_bytes"] == 4 * MIB
+    assert _machine.derive(ZEN)["cached_bytes_f64"] == 4 * MIB
+    # Sixteen cores of 105 MiB: 1.6 MiB, less than two L2s (4 MiB) and
+    # more than a quarter of them (float64).
     assert _machine.derive(XEON)["cached_bytes"] == 4 * MIB
-    assert _machine.derive(XEON)["cached_bytes_f64"] == 105 * MIB // 32
-    # One core: half of L3 its share, a quarter of it the bound.
+    assert _machine.derive(XEON)["cached_bytes_f64"] == 105 * MIB // 64
+    # One core: half of L3 its share, an eighth of L3 the bound.
     one = Machine(l1d=32 * KIB, l2=512 * KIB, l3=32 * MIB, cores=1, source="test")
-    assert _machine.derive(one)["cached_bytes"] == 8 * MIB
+    assert _machine.derive(one)["cached_bytes"] == 4 * MIB
 
 
 def test_gradient_rows_a_page_apart_go_four_where_an_l1_set_holds_them():
