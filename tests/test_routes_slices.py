@@ -652,9 +652,9 @@ def test_contiguous_rows_fetch_ahead_across_rows(dtype, n, threads):
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("n", [8, 33, 100, 255])
 def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
-    # Short rows fetch ahead only in calls too large for the cache (x over
-    # the cached bound, without y's bytes, here 4 MiB): just over that,
-    # ending at the last readable byte.
+    # Short rows fetch ahead only in calls too large for the cache (x alone
+    # over the cached bound: 4 MiB on the test machine, float64 2 MiB):
+    # just over that, ending at the last readable byte.
     bound = CACHED[np.dtype(dtype).itemsize][0]
     x = at_the_end_of_memory(data((bound // (n * np.dtype(dtype).itemsize) + 37, n), dtype))
     y = np.empty_like(x)
