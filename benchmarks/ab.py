@@ -5,17 +5,18 @@
 
 Each PYTHON is the interpreter of an environment with one build installed
 (a venv's bin/python), or any executable that runs one (a shell script
-that sets FASTNORM_CACHES first, say).  The cases are the rows of the performance table in
-docs/performance.md, float32 and float64, with out= preallocated, and the
-small calls.  Rounds alternate the builds (A, B, C, then C, B, A, ...):
-each round starts a fresh process per build that times every case (the
-median of a few calls, after a warm-up) on 1 and 2 threads; the report
-gives, per case and thread count, the median over rounds of each build's
-time and of its ratio to A taken round by round (adjacent runs see the
-same machine state), then the median and largest of those ratios.
---budget stops starting rounds after that many seconds (on a machine lent
-for a while), and the report covers the rounds done.  Not an asv
-benchmark: asv imports this module and finds nothing to time.
+that sets FASTNORM_CACHES first, say).  The cases are the rows of the
+performance table in docs/performance.md, float32 and float64, with out=
+preallocated, and the small calls.  Rounds alternate the builds (A, B, C,
+then C, B, A, ...): each round starts a fresh process per build that times
+every case (the median of a few calls, after a warm-up) on 1 and 2
+threads; the report gives, per case and thread count, the median over
+rounds of each build's time and of its ratio to A taken round by round
+(adjacent runs see the same machine state), then the median and largest
+of those ratios.  --budget stops starting rounds after that many seconds
+(on a machine available for a limited time), and the report covers the
+rounds done.  Not an asv benchmark: asv imports this module and finds
+nothing to time.
 """
 import argparse
 import json
