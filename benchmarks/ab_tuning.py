@@ -66,6 +66,12 @@ def main(argv=None):
     if unknown:
         p.error(f"no tuning field {', '.join(unknown)}; the fields: {', '.join(a_values)}")
     b_values = dict(a_values, **dict(args.sets))
+    try:
+        kernels.set_tuning(b_values)        # refused values stop here, not mid-run
+    except ValueError as e:
+        p.error(str(e))
+    finally:
+        kernels.set_tuning(a_values)
     fn.set_num_threads(args.threads)
     func = fn.mean_var if args.op == "mean_var" else getattr(fn, args.op)
     print(f"B: {', '.join(f'{k}={v}' for k, v in args.sets)}; {args.op}, {args.dtype}, "
