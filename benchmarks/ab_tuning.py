@@ -36,13 +36,12 @@ def parse_set(text):
 
 
 def call_for(fn, np, op, x):
-    """One call of op on x over its last axis, into arrays made here."""
+    """op over x's last axis into arrays made here: (function, keywords),
+    timed as function(x, **keywords) and explained with the same."""
     if op == "mean_var":
         m, v = np.empty(x.shape[:-1], x.dtype), np.empty(x.shape[:-1], x.dtype)
-        return lambda: fn.mean_var(x, axis=-1, out=(m, v))
-    out = np.empty_like(x)
-    func = getattr(fn, op)
-    return lambda: func(x, axis=-1, out=out)
+        return fn.mean_var, {"axis": -1, "out": (m, v)}
+    return getattr(fn, op), {"axis": -1, "out": np.empty_like(x)}
 
 
 def main(argv=None):
@@ -73,14 +72,13 @@ def main(argv=None):
     finally:
         kernels.set_tuning(a_values)
     fn.set_num_threads(args.threads)
-    func = fn.mean_var if args.op == "mean_var" else getattr(fn, args.op)
     print(f"B: {', '.join(f'{k}={v}' for k, v in args.sets)}; {args.op}, {args.dtype}, "
           f"{args.threads} thread(s), {args.rounds} rounds")
     try:
         for text in args.shapes:
             shape = tuple(int(v) for v in text.split(","))
             x = np.random.default_rng(0).standard_normal(shape).astype(args.dtype)
-            call = call_for(fn, np, args.op, x)
+            func, kwargs = call_for(fn, np, args.op, x)
             loops = max(3, int(1e7 / x.nbytes))
 
             def best():
@@ -88,7 +86,7 @@ def main(argv=None):
                 for _ in range(3):
                     t0 = time.perf_counter()
                     for _ in range(loops):
-                        call()
+                        func(x, **kwargs)
                     times.append((time.perf_counter() - t0) / loops)
                 return min(times)
 
@@ -98,7 +96,7 @@ def main(argv=None):
                 for name, values in (("A", a_values), ("B", b_values)):
                     kernels.set_tuning(values)
                     runs[name].append(best())
-                    schedule[name] = fn.explain(func, x, axis=-1)["schedule"]
+                    schedule[name] = fn.explain(func, x, **kwargs)["schedule"]
             ratio = statistics.median(b / a for a, b in zip(runs["A"], runs["B"]))
             print(f"{str(shape):16s} {x.nbytes / 2**20:7.2f} MiB  "
                   f"A {schedule['A']:6s} {statistics.median(runs['A']) * 1e6:9.1f} us  "
