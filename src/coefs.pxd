@@ -107,6 +107,21 @@ cdef inline bint lanes_record_center(fn_vd mean, fn_vd var, fn_vd scale, const L
     return True
 
 
+cdef inline bint lanes_record_stats(fn_vd mean, fn_vd m2, const Layout* L, Py_ssize_t off,
+                                    Py_ssize_t step) noexcept nogil:
+    """record_var's statistics (MODE_STATS) of FN_W slices at once, mean
+    (pivot + shift) and M2 in their lanes, written step bytes apart from
+    off; false (nothing written) unless they follow each other and every
+    M2 is finite, where record_var takes the slices one by one."""
+    if L.stat[0] == NULL:
+        return True
+    if step != sizeof(double) or not fn_all_between(m2, -INFINITY, INFINITY):
+        return False
+    fn_store_f64(<double*>(L.stat[0] + off), mean)
+    fn_store_f64(<double*>(L.stat[1] + off), m2)
+    return True
+
+
 cdef inline void lanes_record_rms(fn_vd ms, fn_vd scale, const Layout* L, Py_ssize_t off,
                                   Py_ssize_t step) noexcept nogil:
     """record_var's statistics (MODE_RMS) of FN_W slices at once: each

@@ -305,6 +305,27 @@ cdef bint result_array(object o, int ndim, const cnp.npy_intp* dims, int t):
     return True
 
 
+cdef void divide_by(double* q, double div, Py_ssize_t n) noexcept nogil:
+    """q[i] / div in place, a vector at a time (the same division)."""
+    cdef Py_ssize_t i = 0
+    cdef fn_vd d = fn_set1(div)
+    while i + FN_W <= n:
+        fn_store_f64(q + i, fn_div(fn_load_f64(q + i), d))
+        i = i + FN_W
+    while i < n:
+        q[i] = q[i] / div
+        i = i + 1
+
+
+cdef void narrow_into(cnp.ndarray dst, cnp.ndarray src):
+    """The float64 values of src into the float32 C-contiguous array dst
+    (as many), each rounded once; where one overflows, through NumPy's
+    cast, which warns of it as the general path's does."""
+    if not narrow(<const double*>cnp.PyArray_DATA(src), cnp.PyArray_SIZE(src),
+                  <char*>cnp.PyArray_DATA(dst), sizeof(float)):
+        cnp.PyArray_CopyInto(dst, (<object>src).reshape((<object>dst).shape))
+
+
 def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     """(mean, var) over any axes as mean_var returns them (dtype None;
     out None or two float32/float64 arrays the results go into as they are;
@@ -317,15 +338,11 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     cdef cnp.npy_intp dims[MAX_DIMS]
     cdef cnp.npy_intp kept[MAX_DIMS]
     cdef int ndim, out_ndim, a, t, threads
-    cdef Py_ssize_t i, count, n = 1
+    cdef Py_ssize_t count, n = 1
     cdef tuple reduced
     cdef double div
     cdef double* mp
     cdef double* qp
-    cdef float* mo
-    cdef float* vo
-    cdef double* dmo
-    cdef double* dvo
     if (dtype is not None or not behaved_float(x)
             or type(ddof) is not int or type(keepdims) is not bool):
         return None
@@ -370,35 +387,23 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     div = <double>(n - <Py_ssize_t>ddof)
     mp = <double*>cnp.PyArray_DATA(mean)
     qp = <double*>cnp.PyArray_DATA(m2)
-    for i in range(count):
-        qp[i] = qp[i] / div
+    divide_by(qp, div, count)
     if out is not None:
         # Into the caller's arrays: the mean first, then the variance (an
         # out that is both gets the variance, as copying them in would).
         mean_out, var_out = (<tuple>out)[0], (<tuple>out)[1]
         if t == cnp.NPY_FLOAT:
-            mo = <float*>cnp.PyArray_DATA(mean_out)
-            vo = <float*>cnp.PyArray_DATA(var_out)
-            for i in range(count):
-                mo[i] = <float>mp[i]
-            for i in range(count):
-                vo[i] = <float>qp[i]
+            narrow_into(mean_out, mean)
+            narrow_into(var_out, m2)
         else:
-            dmo = <double*>cnp.PyArray_DATA(mean_out)
-            dvo = <double*>cnp.PyArray_DATA(var_out)
-            for i in range(count):
-                dmo[i] = mp[i]
-            for i in range(count):
-                dvo[i] = qp[i]
+            memcpy(cnp.PyArray_DATA(mean_out), mp, count * sizeof(double))
+            memcpy(cnp.PyArray_DATA(var_out), qp, count * sizeof(double))
         return mean_out, var_out
     if t == cnp.NPY_FLOAT:
         mean_out = cnp.PyArray_EMPTY(out_ndim, kept, cnp.NPY_FLOAT, 0)
         var_out = cnp.PyArray_EMPTY(out_ndim, kept, cnp.NPY_FLOAT, 0)
-        mo = <float*>cnp.PyArray_DATA(mean_out)
-        vo = <float*>cnp.PyArray_DATA(var_out)
-        for i in range(count):
-            mo[i] = <float>mp[i]
-            vo[i] = <float>qp[i]
+        narrow_into(mean_out, mean)
+        narrow_into(var_out, m2)
     else:
         if not keepdims:
             mean = cnp.PyArray_Reshape(mean, dims_tuple(out_ndim, kept))

@@ -1454,6 +1454,16 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
             fn_store_f64(t.shift + c, fn_load_f64(first + c))
             fn_store_f64(t.scale + c, sc)
             c = c + FN_W
+    elif p.mode == MODE_STATS:
+        # record_var's mean and M2, a vector of columns at a time (no scale).
+        while c + FN_W <= hi:
+            mv = fn_load_f64(first + c)
+            if not lanes_record_stats(fn_add(fn_load_f64(t.pivot + c), mv),
+                                      fn_load_f64(first_m2 + c), p.L, off + c * sS, sS):
+                break
+            fn_store_f64(t.shift + c, mv)
+            fn_store_f64(t.scale + c, fn_set1(1.0))
+            c = c + FN_W
     elif p.mode == MODE_RMS:
         # rstd_of's mean of squares, var + mean * mean, as a * b + c is
         # written there (contracted alike), and the uncentred coefficients.

@@ -145,17 +145,32 @@ cdef class _KeptBlock:
         fn_free(self.data)
 
 
+# The least double that rounds to inf as float32: FLT_MAX plus half its last place.
+cdef double FLOAT32_ROUNDS_TO_INF = 3.4028235677973366e38   # 0x1.ffffffp127
+
+
 cdef bint narrow(const double* v, Py_ssize_t n, char* out, Py_ssize_t stride) noexcept nogil:
     """out[i] = v[i] as float32 (out's byte stride), each value rounded once
     as NumPy's cast rounds it; false where a finite value overflowed, which
     NumPy's cast reports with a warning."""
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i = 0
     cdef float f
     cdef bint ok = True
-    for i in range(n):
+    cdef fn_vd w
+    if stride == sizeof(float):
+        # A vector at a time while every value is finite and rounds to a
+        # finite float32 (below FLT_MAX and half its last place).
+        while i + FN_W <= n:
+            w = fn_load_f64(v + i)
+            if not fn_all_between(w, -FLOAT32_ROUNDS_TO_INF, FLOAT32_ROUNDS_TO_INF):
+                break
+            fn_store_f32(<float*>out + i, w)
+            i = i + FN_W
+    while i < n:
         f = <float>v[i]
         (<float*>(out + i * stride))[0] = f
         ok = ok and (isfinite(f) or not isfinite(v[i]))
+        i = i + 1
     return ok
 
 

@@ -613,11 +613,18 @@ _CONSTANT = np.ones((3, 8), np.float32)
 _BIG_DY = np.full((4, 8), 3e38, np.float32)
 _SOME_X = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
 _, _SOME_MEAN, _SOME_RSTD = fastnorm.layer_norm(_SOME_X, return_stats=True)
+# +-3e38 in a checkerboard: rows and columns of variance 9e76.
+_WIDE = np.where(np.add.outer(np.arange(8), np.arange(8)) % 2, -3e38, 3e38).astype(np.float32)
 
 # Calls whose float32 results overflow where the float64 ones are finite:
 # rstd of a constant slice (of zeros for rms_norm) with eps 1e-80 (1e40),
-# the gradient of beta summed over rows of 3e38.  (name, call, its arguments with out= arrays).
+# the gradient of beta summed over rows of 3e38, the variance of values
+# +-3e38.  (name, call, its arguments with out= arrays).
 _OVERFLOWS = [
+    ("mean_var over rows", fastnorm.mean_var, lambda: dict(x=_WIDE, axis=1)),
+    ("mean_var over columns", fastnorm.mean_var, lambda: dict(x=_WIDE, axis=0)),
+    ("mean_var into out=", fastnorm.mean_var,
+     lambda: dict(x=_WIDE, axis=0, out=(np.zeros(8, np.float32), np.zeros(8, np.float32)))),
     ("layer_norm statistics", fastnorm.layer_norm,
      lambda: dict(x=_CONSTANT, eps=1e-80, return_stats=True)),
     ("rms_norm statistics", fastnorm.rms_norm,
