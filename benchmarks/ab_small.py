@@ -1,7 +1,7 @@
 """Two builds' small calls timed against each other in one process.
 
     python -I benchmarks/ab_small.py KERNELS_A.so KERNELS_B.so [--rounds 15] [--rows R N]
-                                     [--grad R N] [--threads T]
+                                     [--cols R N] [--grad R N] [--threads T]
 
 Each KERNELS is a compiled kernel module of one build (for example
 ``.../site-packages/fastnorm/_kernels_avx2.cpython-311-x86_64-linux-gnu.so``
@@ -15,7 +15,8 @@ call: the median over rounds of the best of 3 loops (of 300 calls, or of
 about 2 ms for longer ones), and the median of the ratios B / A taken
 round by round.  One thread (``--threads``).  ``--rows R N`` adds
 layer_norm and rms_norm over the rows of an (R, N) array, float32 and
-float64, into ``out=``; ``--grad R N`` their gradients.
+float64, into ``out=``; ``--cols R N`` mean_var and batch_norm over its
+columns; ``--grad R N`` the rows' gradients.
 Not an asv benchmark.
 """
 import argparse
@@ -87,6 +88,24 @@ def row_calls(k, shape, rng):
     return made
 
 
+def column_calls(k, shape, rng):
+    """{label: a call of k's fast path} for mean_var and batch_norm
+    (training, no gain) over the columns of a float32 and a float64 array
+    of `shape`, into out=."""
+    made = {}
+    for dtype in (np.float32, np.float64):
+        x = rng.standard_normal(shape).astype(dtype)
+        o = np.empty_like(x)
+        stats = (np.empty(shape[1], dtype), np.empty(shape[1], dtype))
+        name = f"{shape} {np.dtype(dtype).name}"
+        made[f"mean_var columns {name}"] = (
+            lambda x=x, s=stats: k.fast_mean_var(x, 0, 0, False, None, s))
+        made[f"batch_norm {name}"] = (
+            lambda x=x, o=o: k.fast_batch_norm(x, None, None, None, None, True, 0.1, 1e-5, 0,
+                                               o, None, False))
+    return made
+
+
 def grad_calls(k, shape, rng):
     """{label: a call of k's fast path} for layer_norm_backward and
     rms_norm_backward over the rows of a float32 and a float64 array of
@@ -120,6 +139,10 @@ def main():
                    metavar=("R", "N"),
                    help="also layer_norm and rms_norm over the rows of (R, N), float32 and "
                         "float64, into out= (repeatable)")
+    p.add_argument("--cols", type=int, nargs=2, action="append", default=[],
+                   metavar=("R", "N"),
+                   help="also mean_var and batch_norm over the columns of (R, N), float32 "
+                        "and float64, into out= (repeatable)")
     p.add_argument("--grad", type=int, nargs=2, action="append", default=[],
                    metavar=("R", "N"),
                    help="also layer_norm_backward and rms_norm_backward over the rows of "
@@ -142,6 +165,8 @@ def main():
             side = calls(k, arrays)
             for shape in args.rows:
                 side.update(row_calls(k, tuple(shape), np.random.default_rng(2)))
+            for shape in args.cols:
+                side.update(column_calls(k, tuple(shape), np.random.default_rng(4)))
             for shape in args.grad:
                 side.update(grad_calls(k, tuple(shape), np.random.default_rng(3)))
             sides.append(side)
