@@ -1,14 +1,15 @@
 """Two sets of tuning values, timed against each other in one process.
 
     python benchmarks/ab_tuning.py --set NAME=VALUE [--set ...] [--op mean_var]
-        [--dtype float32] [--threads 1] [--rounds 7] SHAPE [SHAPE ...]
+        [--axis -1] [--dtype float32] [--threads 1] [--rounds 7] SHAPE [SHAPE ...]
 
 A is the tuning in force (the values derived from this machine, see
 `fastnorm.show_config()`); B is A with each --set NAME=VALUE replaced
 (VALUE in bytes or with K, M or G).  Both run on the same build and the
 same arrays: rounds alternate A and B (fastnorm._machine's values set with
 the kernels' set_tuning), each the best of three loops of calls on x of
-SHAPE (rows, columns: the last axis reduced, `out=` preallocated), and
+SHAPE (rows, columns: the last axis reduced, or with `--axis 0` the
+first, `out=` preallocated), and
 the report gives each one's median time, the schedule `explain()` names,
 and the median of the per-round ratios B / A.  So a rule of
 fastnorm/_machine.py can be checked on any machine without a rebuild: for
@@ -35,13 +36,14 @@ def parse_set(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def call_for(fn, np, op, x):
-    """op over x's last axis into arrays made here: (function, keywords),
-    timed as function(x, **keywords) and explained with the same."""
+def call_for(fn, np, op, x, axis=-1):
+    """op over x's axis into arrays made here: (function, keywords), timed
+    as function(x, **keywords) and explained with the same."""
     if op == "mean_var":
-        m, v = np.empty(x.shape[:-1], x.dtype), np.empty(x.shape[:-1], x.dtype)
-        return fn.mean_var, {"axis": -1, "out": (m, v)}
-    return getattr(fn, op), {"axis": -1, "out": np.empty_like(x)}
+        kept = tuple(n for i, n in enumerate(x.shape) if i != axis % x.ndim)
+        m, v = np.empty(kept, x.dtype), np.empty(kept, x.dtype)
+        return fn.mean_var, {"axis": axis, "out": (m, v)}
+    return getattr(fn, op), {"axis": axis, "out": np.empty_like(x)}
 
 
 def main(argv=None):
@@ -50,6 +52,8 @@ def main(argv=None):
     p.add_argument("--set", dest="sets", action="append", type=parse_set, required=True,
                    metavar="NAME=VALUE", help="B's value for a tuning field (repeatable)")
     p.add_argument("--op", default="mean_var", choices=["mean_var", "layer_norm", "rms_norm"])
+    p.add_argument("--axis", type=int, default=-1, choices=[-1, 0],
+                   help="the axis reduced: -1 the rows (default), 0 the columns")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=7)
@@ -72,13 +76,14 @@ def main(argv=None):
     finally:
         kernels.set_tuning(a_values)
     fn.set_num_threads(args.threads)
-    print(f"B: {', '.join(f'{k}={v}' for k, v in args.sets)}; {args.op}, {args.dtype}, "
+    print(f"B: {', '.join(f'{k}={v}' for k, v in args.sets)}; {args.op} over axis "
+          f"{args.axis}, {args.dtype}, "
           f"{args.threads} thread(s), {args.rounds} rounds")
     try:
         for text in args.shapes:
             shape = tuple(int(v) for v in text.split(","))
             x = np.random.default_rng(0).standard_normal(shape).astype(args.dtype)
-            func, kwargs = call_for(fn, np, args.op, x)
+            func, kwargs = call_for(fn, np, args.op, x, args.axis)
             loops = max(3, int(1e7 / x.nbytes))
 
             def best():
