@@ -451,7 +451,8 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
     """Welford over nrows rows (rs bytes apart) of FN_NVC vectors of
     contiguous columns, continuing from k0 rows already in mean/m2.  The accumulators live in
     registers for the whole sweep, so each value costs its load and four
-    vector operations.  Each row also moves the prefetch cursor on.
+    vector operations.  The strip moves the prefetch cursor on a step per
+    row, before its rows.
 
     float16/float32 columns take shifted sums instead (see the top of this
     file), about `pivot`, their centres: mean/m2 hold the sums of
@@ -468,6 +469,12 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
     cdef Py_ssize_t k, w = FN_W * <Py_ssize_t>sizeof(in_t)
     cdef Ahead a = ahead[0]       # a local: its fields stay in registers
     cdef int v
+    if a.rows > 0 and a.per_step > 0:
+        # The strip's share of the next sweep, asked for before its rows
+        # rather than among them: a cursor's checks in the rows' loop slow
+        # it even when it fetches nothing (docs/performance.md).
+        for k in range(nrows):
+            ahead_step(&a)
     for v in range(FN_NVC):
         mu[v] = fn_load_f64(mean + v * FN_W)
         q[v] = fn_load_f64(m2 + v * FN_W)
@@ -480,8 +487,6 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
             q2[v] = fn_zero()
         for k in range(0, nrows - 1, 2):
             row = x + k * rs
-            ahead_step(&a)
-            ahead_step(&a)
             for v in range(FN_NVC):
                 d = fn_sub(vload(row + v * w, sizeof(in_t), ki), piv[v])
                 e = fn_sub(vload(row + rs + v * w, sizeof(in_t), ki), piv[v])
@@ -493,7 +498,6 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
                 q2[v] = fn_fma(e, e, q2[v])
         if nrows % 2:
             row = x + (nrows - 1) * rs
-            ahead_step(&a)
             for v in range(FN_NVC):
                 d = fn_sub(vload(row + v * w, sizeof(in_t), ki), piv[v])
                 mu[v] = fn_add(mu[v], d)
@@ -505,7 +509,6 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
         return
     for k in range(nrows):
         row = x + k * rs
-        ahead_step(&a)
         r = fn_set1(1.0 / <double>(k0 + k + 1))
         for v in range(FN_NVC):
             welford_step(shifted(vload(row + v * FN_W * <Py_ssize_t>sizeof(in_t), sizeof(in_t), ki),
