@@ -763,15 +763,21 @@ cdef inline void strip_sums(const char* x, const char* dy, Py_ssize_t rs_x, Py_s
     cdef fn_vd mv[FN_NVC]
     cdef fn_vd D
     cdef Ahead px = ahead_x[0], pd = ahead_dy[0]   # locals: kept in registers
-    cdef Py_ssize_t k
+    cdef Py_ssize_t k, due = 0
     cdef int v
     for v in range(FN_NVC):
         a1[v] = fn_zero()
         a2[v] = fn_zero()
         mv[v] = fn_load_f64(m + v * FN_W)
     for k in range(nrows):
-        ahead_step(&px)
-        ahead_step(&pd)
+        # The strip's share of the next sweep spread over its rows, a line
+        # of each stream at a time: all at once, before the rows, held up
+        # their own reads (float64, docs/design.md).
+        due = due + px.share
+        while due >= nrows:
+            ahead_lines(&pd, 1)
+            ahead_lines(&px, 1)
+            due = due - nrows
         for v in range(FN_NVC):
             D = vload(dy + k * rs_dy + v * FN_W * sizeof(in_t), sizeof(in_t), ki)
             a1[v] = fn_add(a1[v], D)

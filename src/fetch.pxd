@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # Fetching ahead: the lines the kernels will read next, asked for into L2
 # while the current ones are used.  Contiguous statistics fetch a fixed
-# distance ahead (STATS_AHEAD); the columns' sweeps step a cursor over the
-# next sweep's rows, line by line in address order, spread over the strips.
+# distance ahead (STATS_AHEAD); the columns' sweeps move a cursor over the
+# next sweep's rows, line by line in address order, shared among the strips.
 # Into L2, not L1: on a core with a small L2, fetches into L1 held up the
 # reads from memory (docs/design.md).
 
@@ -17,35 +17,43 @@ cdef struct Ahead:
     Py_ssize_t width          # bytes to prefetch per row
     Py_ssize_t rs             # bytes from row to row
     Py_ssize_t rows           # rows left
-    int per_step              # lines per row of the current sweep
+    Py_ssize_t share          # lines per strip
 
 
-cdef inline void ahead_step(Ahead* a) noexcept nogil:
-    """Prefetch the next per_step lines (none once the rows are done)."""
-    cdef int l
-    for l in range(a.per_step):
-        if a.rows == 0:
-            return
+cdef inline void ahead_lines(Ahead* a, Py_ssize_t n) noexcept nogil:
+    """Prefetch the cursor's next n lines (none once the rows are done)."""
+    cdef Py_ssize_t l
+    if a.rows == 0:
+        return
+    for l in range(n):
         fn_prefetch_l2(a.row + a.col)
         a.col = a.col + 64
         if a.col >= a.width:
             a.col = 0
             a.row = a.row + a.rs
             a.rows = a.rows - 1
+            if a.rows == 0:
+                return
+
+
+cdef inline void ahead_share(Ahead* a) noexcept nogil:
+    """Prefetch a strip's share of the next sweep, in one short loop
+    before its rows: a cursor stepped among them, or in steps of a row,
+    slowed the sweeps even where it fetched nothing (docs/design.md)."""
+    ahead_lines(a, a.share)
 
 
 cdef inline void ahead_init(Ahead* a, const char* first, Py_ssize_t width, Py_ssize_t rs,
                             Py_ssize_t rows, Py_ssize_t strips) noexcept nogil:
     """A cursor over `rows` rows of `width` bytes, rs bytes apart, from
-    `first` on, to be stepped once per row of each of `strips` strips."""
+    `first` on, its lines shared evenly among `strips` strips."""
     a.row = first
     a.col = 0
     a.width = width
     a.rs = rs
     a.rows = rows
-    # Lines per step that cover the next sweep by the last strip.
     strips = max(<Py_ssize_t>1, strips)
-    a.per_step = <int>(((width + 63) // 64 + strips - 1) // strips)
+    a.share = ((width + 63) // 64 * rows + strips - 1) // strips
 
 
 cdef inline Py_ssize_t ahead_steps(const char* x, Py_ssize_t stride, Py_ssize_t steps,

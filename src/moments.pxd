@@ -26,7 +26,7 @@
 
 from simd cimport *
 from plan cimport FN_NV, FN_NVC, ROW_ACCS, SIDE_ROW_VECTORS, STATS_AHEAD
-from fetch cimport Ahead, ahead_step, ahead_steps, fetch_lines
+from fetch cimport Ahead, ahead_share, ahead_steps, fetch_lines
 
 cdef struct Moments:
     double n       # number of values
@@ -451,8 +451,8 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
     """Welford over nrows rows (rs bytes apart) of FN_NVC vectors of
     contiguous columns, continuing from k0 rows already in mean/m2.  The accumulators live in
     registers for the whole sweep, so each value costs its load and four
-    vector operations.  The strip moves the prefetch cursor on a step per
-    row, before its rows.
+    vector operations.  Before its rows, the strip prefetches its share of
+    the next sweep (ahead_share).
 
     float16/float32 columns take shifted sums instead (see the top of this
     file), about `pivot`, their centres: mean/m2 hold the sums of
@@ -469,12 +469,7 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
     cdef Py_ssize_t k, w = FN_W * <Py_ssize_t>sizeof(in_t)
     cdef Ahead a = ahead[0]       # a local: its fields stay in registers
     cdef int v
-    if a.rows > 0 and a.per_step > 0:
-        # The strip's share of the next sweep, asked for before its rows
-        # rather than among them: a cursor's checks in the rows' loop slow
-        # it even when it fetches nothing (docs/performance.md).
-        for k in range(nrows):
-            ahead_step(&a)
+    ahead_share(&a)
     for v in range(FN_NVC):
         mu[v] = fn_load_f64(mean + v * FN_W)
         q[v] = fn_load_f64(m2 + v * FN_W)
