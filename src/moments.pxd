@@ -588,11 +588,15 @@ cdef inline void edge_welford(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ss
 cdef inline Py_ssize_t line_head(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py_ssize_t width,
                                  in_t* ki) noexcept nogil:
     """Columns before the first that starts a cache line in every row (0
-    when rows differ in that or the tile is too narrow to gain): strips
-    from there read whole lines.  A strip a line off reads one more line
-    per row, which the next strip reads again (NumPy's large arrays start
-    16 bytes past a line)."""
+    when rows differ in that, the tile is too narrow to gain, or a strip
+    is no wider than a line): strips from there read whole lines.  A
+    strip a line off reads one more line per row, which the next strip
+    reads again (NumPy's large arrays start 16 bytes past a line).
+    Strips of a line or less (AVX2, SSE2) gained nothing from it: the
+    head's and tail's masked sweeps cost more (docs/design.md)."""
     cdef Py_ssize_t off = <Py_ssize_t>(<size_t>x % 64), head
+    if FN_NVC * FN_W * sizeof(in_t) <= 64:
+        return 0
     if sx != sizeof(in_t) or rs % 64 != 0 or off == 0 or off % sizeof(in_t) != 0:
         return 0
     head = (64 - off) // <Py_ssize_t>sizeof(in_t)
