@@ -592,8 +592,8 @@ cdef inline Py_ssize_t line_head(const char* x, Py_ssize_t rs, Py_ssize_t sx, Py
     is no wider than a line): strips from there read whole lines.  A
     strip a line off reads one more line per row, which the next strip
     reads again (NumPy's large arrays start 16 bytes past a line).
-    Strips of a line or less (AVX2, SSE2) gained nothing from it: the
-    head's and tail's masked sweeps cost more (docs/design.md)."""
+    Strips of a line or less (AVX2, SSE2) lose more to the head's and
+    tail's masked sweeps than to the straddles (docs/design.md)."""
     cdef Py_ssize_t off = <Py_ssize_t>(<size_t>x % 64), head
     if FN_NVC * FN_W * sizeof(in_t) <= 64:
         return 0
