@@ -8,8 +8,8 @@ compiled with the system's C compiler (``CC``, default ``cc``) into a
 temporary folder and loaded with ctypes; its loops do mean_var's column
 sums in the order of fastnorm's AVX2 kernel (its header lists them). Each
 round times, on one thread, one call of each: ``fastnorm.mean_var(x,
-axis=0, out=...)``, the loops (sweeps of as many rows as fastnorm takes,
-row blocks of 256 rows where fastnorm has several) and ``np.copyto`` of
+axis=0, out=...)``, the loops (the sweeps and row blocks of as many rows
+as ``fastnorm.explain`` reports for x) and ``np.copyto`` of
 x, each call after the same two copies of x, so that every one starts
 from the same caches. Printed per shape: each median time over the
 copy's, and in brackets the median round-by-round ratio over
