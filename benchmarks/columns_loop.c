@@ -23,7 +23,7 @@
  *                    the same cursors' bookkeeping without the prefetches
  *
  * x86-64 with AVX2 and FMA only. Not part of the package or of asv: it
- * times loops, not fastnorm (docs/performance.md quotes its figures).
+ * times loops, not fastnorm (docs/measurements.md quotes its figures).
  */
 #include <immintrin.h>
 #include <stdint.h>

@@ -18,26 +18,15 @@ copy's, and in brackets the median round-by-round ratio over
 import argparse
 import ctypes
 import os
-import platform
-import statistics
-import subprocess
-import tempfile
-import timeit
+import sys
 
 import numpy as np
 
 import fastnorm
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 LOOPS = ("loop_plain", "loop_rows", "loop_share", "loop_rows_idle", "loop_share_idle")
-
-
-def build(folder):
-    """columns_loop.c compiled into folder, loaded."""
-    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "columns_loop.c")
-    lib = os.path.join(folder, "columns_loop.so")
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-mavx2", "-mfma", "-shared", "-fPIC",
-                    "-o", lib, source], check=True)
-    return ctypes.CDLL(lib)
 
 
 def shape_arg(text):
@@ -48,7 +37,8 @@ def shape_arg(text):
 
 
 def calls(lib, x):
-    """{label: a no-argument call} for one x."""
+    """{label: a no-argument call} for one x, the copies' destination and
+    the line that heads its times."""
     rows, cols = x.shape
     plan = fastnorm.explain(fastnorm.mean_var, x, axis=0)["columns"]
     sweep, block = plan["sweep_rows"], plan["rows_per_block"]
@@ -64,37 +54,20 @@ def calls(lib, x):
     for name in LOOPS:
         made[name] = lambda f=getattr(lib, name): f(*args)
     made["np.copyto"] = lambda: np.copyto(sink, x)
-    return made, sink, plan
+    header = (f"sweeps of {plan['sweep_rows']} rows, blocks of {plan['rows_per_block']}, "
+              f"fastnorm fetches {plan['fetch_ahead']}")
+    return made, sink, header, None
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("shapes", nargs="*", type=shape_arg,
-                   default=[(8192, 1024), (4096, 2048), (8192, 1000), (65536, 256)])
-    p.add_argument("--rounds", type=int, default=25)
-    a = p.parse_args()
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        raise SystemExit("columns_loop.c needs x86-64 with AVX2 and FMA")
-    fastnorm.set_num_threads(1)
-    print(f"fastnorm {fastnorm.__version__}, one thread; {a.rounds} rounds")
-    with tempfile.TemporaryDirectory() as folder:
-        lib = build(folder)
-        for shape in a.shapes:
-            x = (np.random.default_rng(0).standard_normal(shape) + 1).astype(np.float32)
-            made, sink, plan = calls(lib, x)
-            times = {k: [] for k in made}
-            for _ in range(a.rounds):
-                for k, f in made.items():
-                    np.copyto(sink, x)
-                    np.copyto(sink, x)
-                    times[k].append(timeit.timeit(f, number=1))
-            copy = statistics.median(times["np.copyto"])
-            print(f"{shape}: sweeps of {plan['sweep_rows']} rows, blocks of "
-                  f"{plan['rows_per_block']}, fastnorm fetches {plan['fetch_ahead']}")
-            for k, t in times.items():
-                ratio = statistics.median(u / v for u, v in zip(t, times["loop_plain"]))
-                print(f"  {k:16s} {statistics.median(t) * 1e6:9.0f} us  "
-                      f"{statistics.median(t) / copy:5.2f} a copy  [{ratio:.3f}]")
+    # beside this file, also under ``python -I`` (which leaves the script's
+    # folder off sys.path); not at import, which asv does
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import loop_models
+    loop_models.main(__doc__, "columns_loop", shape_arg,
+                     [(8192, 1024), (4096, 2048), (8192, 1000), (65536, 256)], 25, calls,
+                     "loop_plain")
 
 
 if __name__ == "__main__":

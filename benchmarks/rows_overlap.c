@@ -20,7 +20,7 @@
  *   turns 1K     the two loops taking turns, 1 KiB pieces, fetching 1 KiB ahead
  *
  * x86-64 with AVX2 and FMA only.  Not part of the package or of asv: it
- * times loops, not fastnorm (docs/performance.md quotes its figures).
+ * times loops, not fastnorm (docs/measurements.md quotes its figures).
  */
 #include <immintrin.h>
 #include <stdio.h>
