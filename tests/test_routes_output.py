@@ -97,6 +97,34 @@ def test_fresh_kernel_flag_any_alignment(offset, simd_level):
         assert not np.isnan(ys[1]).any()
 
 
+@pytest.mark.parametrize("dtype,n", [(np.float32, 8), (np.float32, 24), (np.float32, 32),
+                                     (np.float32, 64), (np.float64, 4), (np.float64, 16)])
+@pytest.mark.parametrize("gains", [False, True], ids=["plain", "gain+bias"])
+def test_short_rows_of_whole_vectors_at_any_alignment(dtype, n, gains):
+    # Rows of whole vectors whose output starts at a vector's start go
+    # vector by vector; at other starts, streamed, the run takes scalar
+    # heads and vectors across row ends. The same bits either way, and
+    # fresh (ordinary stores) too.
+    x = _x(n, dtype, n)
+    rng = np.random.default_rng(3)
+    gb = (rng.uniform(0.5, 2.0, n), rng.standard_normal(n)) if gains else (None, None)
+    size = np.dtype(dtype).itemsize
+    buf = np.empty(x.size + 64, dtype)
+    ys = {}
+    for offset in (0, 1, 3):
+        start = (-buf.ctypes.data // size) % (64 // size) + offset
+        y = buf[start:start + x.size].reshape(x.shape)
+        y.fill(np.nan)
+        assert_route(STREAMED, fastnorm.layer_norm, x, *gb, out=y)
+        fastnorm.layer_norm(x, *gb, out=y)
+        ys[offset] = y.copy()
+    ys["fresh"] = fastnorm.layer_norm(x, *gb)
+    for key in (1, 3, "fresh"):
+        assert_bitwise(ys[key], ys[0], f"y+{key} against an aligned y")
+    ref = ref_layer_norm(x[::101], (1,), *gb)[0]
+    assert_close(ys[0][::101], ref, OUT_TOL[np.dtype(dtype)] * (1 + np.abs(ref)) * 4, "y")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fresh_output_of_columns_and_short_rows_unchanged(threads):
     # Columns (axis 0: blocks of rows) and short rows.
