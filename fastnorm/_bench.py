@@ -574,6 +574,11 @@ def parse_args(argv):
                    help="smaller arrays and fewer runs (a few seconds; for smoke tests)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="run only with N threads (default: the default count and 1)")
+    p.add_argument("--tune", action="store_true",
+                   help="measure a core's share of the last-level cache here (about half "
+                        "a minute, on a quiet machine) and write it as the profile that "
+                        "later imports tune from, then stop (FASTNORM_PROFILE names the "
+                        "file)")
     p.add_argument("--json", metavar="PATH",
                    help="also write the results to PATH as a JSON list of objects")
     args = p.parse_args(argv)
@@ -594,6 +599,9 @@ def main(argv=None):
         print(f"python -m fastnorm has no --full. {FULL_COMPARISON}", file=sys.stderr)
         return 2
     args = parse_args(argv)
+    if args.tune:
+        from fastnorm import _tune
+        return _tune.main()
     fastnorm.show_config()
     sys.stdout.flush()  # config first, even while the bar draws on stderr
     budget = QUICK if args.quick else FULL

@@ -193,24 +193,37 @@ def config() -> dict:
         "simd_available": _simd.available_levels(),
         "vector_bits": info["vector_bits"],
         "welford_lanes": info["welford_lanes"],
-        "caches": {"l1d": _machine.MACHINE.l1d, "l2": _machine.MACHINE.l2,
-                   "l3": _machine.MACHINE.l3, "cores": _machine.MACHINE.cores,
-                   "source": _machine.MACHINE.source},
+        "caches": machine_facts(),
         "tuning": k.tuning(),
+        "rules": dict(_machine.RULE_TEXT),
     }
+
+
+def machine_facts() -> dict:
+    """What the tuning was derived from, with a core's share of L3, the
+    rule that gave it and the profile's line (config() and explain())."""
+    m = _machine.MACHINE
+    share, rule = _machine.l3_share(m)
+    return {"l1d": m.l1d, "l2": m.l2, "l3": m.l3, "cores": m.cores, "guest": m.guest,
+            "source": m.source, "share": share, "share_rule": rule,
+            "profile": _machine.PROFILE}
 
 
 def show_config() -> None:
     """Print version, compiler, threads, SIMD path, caches and tuning.
 
-    Besides the build and the threads: the caches detected and the tuning
-    derived from them.  The caches come from the OS (Linux:
+    Besides the build and the threads: the caches detected, a core's share
+    of the last-level cache, the profile, and the tuning derived from them,
+    each value with its rule.  The caches come from the OS (Linux:
     /sys/devices/system/cpu; macOS: sysctl; else glibc's sysconf), or from
     ``FASTNORM_CACHES`` (e.g. ``l1d=48K,l2=2M,l3=105M,cores=16``) where
     set; a size that cannot be found takes its fallback (L1d 32 KiB, L2
-    512 KiB, L3 8 MiB), and the line says which.  Every machine-dependent
-    tuning value is derived from them at import; docs/design.md gives the
-    rules.
+    512 KiB, L3 8 MiB), and the line says which.  A core's share of L3 is
+    L3 over the cores, at most 16 MiB (a virtual machine sees its host's
+    whole L3), or as measured by ``python -m fastnorm --tune``, whose
+    profile later imports read (``FASTNORM_PROFILE`` names its file, or
+    ``off``).  Every machine-dependent tuning value is derived from these
+    at import; docs/design.md gives the rules and their reasons.
 
     ``fastnorm._config.config()`` returns the same facts as a dict.
 
@@ -230,6 +243,8 @@ def show_config() -> None:
       threads: ...
       SIMD: ...
       caches: ...
+      L3 share: ...
+      profile: ...
       tuning: ...
     """
     c = config()
@@ -247,8 +262,9 @@ def show_config() -> None:
         f"{c['welford_lanes']} Welford lanes); built: {', '.join(c['simd_built'])}; "
         f"usable here: {', '.join(c['simd_available'])}",
         f"  caches:   {_machine.describe()}",
-        "  tuning:   " + ", ".join(
-            f"{name} {value}" if name in _machine.COUNTS else f"{name} {_machine.size_text(value)}"
-            for name, value in c["tuning"].items()),
-    ]
+        f"  L3 share: {_machine.describe_share()}",
+        f"  profile:  {_machine.PROFILE}",
+        "  tuning:",
+    ] + [f"    {name:21s} {_machine.value_text(name, value):>9s}  ({c['rules'][name]})"
+         for name, value in c["tuning"].items()]
     print("\n".join(lines))

@@ -84,8 +84,11 @@ def explain(func, *args, **kwargs):
         apart and would evict each other from L1) or "none" (in cache).
         A call with nothing to compute (an empty input) gives ``pattern``
         None.  ``machine`` is what the tuning was derived from (``l1d``,
-        ``l2``, ``l3`` in bytes, ``cores``, ``source``) and ``tuning`` the
-        values derived (as ``show_config`` prints them).
+        ``l2``, ``l3`` in bytes, ``cores``, ``guest``: a virtual machine,
+        ``source``; ``share``: a core's share of L3 in bytes,
+        ``share_rule``: the rule that gave it; ``profile``: whether a
+        measured profile is in use), ``tuning`` the values derived and
+        ``rules`` the rule of each (as ``show_config`` prints them).
 
     Raises
     ------
@@ -111,6 +114,7 @@ def explain(func, *args, **kwargs):
     """
     global explaining
     from . import _machine, _public_functions, _simd
+    from ._config import machine_facts
     from ._lazy import any_dask
     if func not in _public_functions():
         raise TypeError(f"explain() takes a public fastnorm function, got {func!r}")
@@ -133,8 +137,7 @@ def explain(func, *args, **kwargs):
     route.setdefault("fast_path", False)
     route.setdefault("columns", None)
     route["copies"] = notes
-    m = _machine.MACHINE
-    route["machine"] = {"l1d": m.l1d, "l2": m.l2, "l3": m.l3, "cores": m.cores,
-                        "source": m.source}
+    route["machine"] = machine_facts()
     route["tuning"] = _simd.kernels.tuning()
+    route["rules"] = dict(_machine.RULE_TEXT)
     return route

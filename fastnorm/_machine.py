@@ -1,21 +1,31 @@
 """The machine the kernels tune themselves to, and the values derived from it.
 
 Detected once at import: the data cache of one core (L1d), its L2, the
-last-level cache (L3) and the processors this process may run on.  Every
-tuning value that depends on the machine is derived from these by
-``derive``, one rule each with its reason; ``src/tuning.h`` holds the fixed
-ones (register counts, numerics, data-structure sizes, memory budgets).
+last-level cache (L3), the processors this process may run on, and whether
+the machine is a virtual one (the CPU's hypervisor flag).  Every tuning
+value that depends on the machine is derived from these by ``derive``, one
+rule each with its reason (``RULES``); ``src/tuning.h`` holds the fixed ones
+(register counts, numerics, data-structure sizes, memory budgets).
+
+The rules that size work by the last-level cache use a core's share of it
+(``l3_share``): L3 over the cores, at most ``SHARE_MAX``.  A profile
+written by ``python -m fastnorm --tune`` (``fastnorm._tune``) replaces that
+guess by the share measured on this machine; later imports read it
+(``FASTNORM_PROFILE`` names its file, or ``off``).
 
 ``FASTNORM_CACHES`` overrides what is detected, any subset of
-``l1d=48K,l2=2M,l3=105M,cores=16`` (sizes in bytes, with an optional K, M
-or G): to reproduce another machine's routes, or where detection is wrong.
-A size that cannot be found takes its fallback (``FALLBACK``), and
-``source`` says which.
+``l1d=48K,l2=2M,l3=105M,cores=16,guest=1,share=8M`` (sizes in bytes, with
+an optional K, M or G): to reproduce another machine's routes, or where
+detection is wrong; a profile is not read while it is set.  A size that
+cannot be found takes its fallback (``FALLBACK``), and ``source`` says
+which.
 """
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
+import platform
 import re
 import sys
 from dataclasses import dataclass
@@ -32,13 +42,23 @@ class Machine:
     l3: int       # the last-level cache a core shares with its neighbours
     cores: int
     source: str   # where each value came from, e.g. "l1d, l2, l3: sysfs; cores: affinity"
+    guest: bool = False  # a virtual machine: its L3 is the host socket's, shared unseen
+    share: int = 0       # a core's share of L3 as measured (a profile); 0: l3_share's rule
 
 
 # Taken where a size cannot be found: the smaller caches of current
 # x86-64 and Arm server cores, so a machine with more loses a little speed,
 # never the fit in cache that a value assumes.
 FALLBACK = {"l1d": 32 * KIB, "l2": 512 * KIB, "l3": 8 * MIB}
-NAMES = ("l1d", "l2", "l3", "cores")
+NAMES = ("l1d", "l2", "l3", "cores", "guest", "share")
+SIZES = ("l1d", "l2", "l3", "share")
+# A core's share of the last-level cache at most.  A virtual machine sees
+# its host socket's L3 (300 and 480 MiB on the Xeons met, for 2 vCPUs) and
+# the cores it shares that with are out of its sight; so does a process
+# pinned to a few cores of a large part.  On the guests measured, outputs
+# gained from streaming from 8-16 MiB (Xeon) and 16-32 MiB (EPYC Zen 3)
+# a core; docs/design.md has the figures.
+SHARE_MAX = 16 * MIB
 # Tuning values that count values or columns; the others are bytes.
 COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "mask_tile", "paged_grad_rows")
 
@@ -60,7 +80,17 @@ def parse_override(text):
         if not sep or name not in NAMES:
             raise ValueError(f"FASTNORM_CACHES: {part!r} is not one of "
                              f"{', '.join(n + '=...' for n in NAMES)}")
-        values[name] = int(value) if name == "cores" else parse_size(value)
+        if name == "guest":
+            if value.strip() not in ("0", "1"):
+                raise ValueError(f"FASTNORM_CACHES: guest is 0 or 1, not {value.strip()!r}")
+            values[name] = value.strip() == "1"
+            continue
+        if name in SIZES:
+            values[name] = parse_size(value)
+        elif value.strip().isdigit():
+            values[name] = int(value)
+        else:
+            raise ValueError(f"FASTNORM_CACHES: {name}={value.strip()} is not a whole number")
         if values[name] <= 0:
             raise ValueError(f"FASTNORM_CACHES: {name} must be positive")
     return values
@@ -154,9 +184,42 @@ def from_sysconf():
     return found
 
 
-def detect(environ=None, sources=None):
+def is_guest(cpuinfo="/proc/cpuinfo"):
+    """Whether this is a virtual machine: the hypervisor flag x86 CPUs
+    show a guest (Linux's /proc/cpuinfo; macOS's kern.hv_vmm_present)."""
+    if sys.platform == "darwin":
+        path = ctypes.util.find_library("c")
+        if path:
+            value, size = ctypes.c_int64(0), ctypes.c_size_t(8)
+            if not ctypes.CDLL(path).sysctlbyname(b"kern.hv_vmm_present", ctypes.byref(value),
+                                                   ctypes.byref(size), None, 0):
+                return value.value != 0
+        return False
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return "hypervisor" in line.split(":", 1)[-1].split()
+    except OSError:
+        pass
+    return False
+
+
+def cpu_name(cpuinfo="/proc/cpuinfo"):
+    """The processor's model name, as the OS gives it."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def detect(environ=None, sources=None, guest=None):
     """The Machine: FASTNORM_CACHES first, then the OS's sources in turn,
-    then FALLBACK."""
+    then FALLBACK (guest: is_guest, or a value given)."""
     environ = os.environ if environ is None else environ
     if sources is None:
         sources = (("sysfs", from_sysfs), ("sysctl", from_sysctl), ("sysconf", from_sysconf))
@@ -179,12 +242,77 @@ def detect(environ=None, sources=None):
             values[name], origin[name] = value, "fallback"
     if "cores" not in values:
         values["cores"], origin["cores"] = _processors(), "affinity"
+    if "guest" not in values:
+        values["guest"] = is_guest() if guest is None else guest
+        origin["guest"] = "cpu flags"
     by_origin = {}
     for name in NAMES:
-        by_origin.setdefault(origin[name], []).append(name)
+        if name in origin:
+            by_origin.setdefault(origin[name], []).append(name)
     source = "; ".join(f"{', '.join(names)}: {where}" for where, names in by_origin.items())
-    return Machine(values["l1d"], values["l2"], values["l3"], values["cores"], source)
+    return Machine(values["l1d"], values["l2"], values["l3"], values["cores"], source,
+                   values["guest"], values.get("share", 0))
 
+
+# ---- profiles: a core's share of L3 measured (python -m fastnorm --tune)
+
+PROFILE_FORMAT = 1
+
+
+def profile_path(environ=None):
+    """Where the profile is read and written: FASTNORM_PROFILE, else the
+    user's cache folder; None where FASTNORM_PROFILE is "off"."""
+    environ = os.environ if environ is None else environ
+    named = environ.get("FASTNORM_PROFILE", "").strip()
+    if named:
+        return None if named.lower() == "off" else os.path.abspath(os.path.expanduser(named))
+    if sys.platform == "win32":
+        root = environ.get("LOCALAPPDATA") or os.path.expanduser("~")
+    elif sys.platform == "darwin":
+        root = os.path.expanduser("~/Library/Caches")
+    else:
+        root = environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(root, "fastnorm", "profile.json")
+
+
+def fingerprint(m):
+    """What a profile was measured on: the processor and what was detected."""
+    return {"cpu": cpu_name(), "l1d": m.l1d, "l2": m.l2, "l3": m.l3, "cores": m.cores,
+            "guest": m.guest}
+
+
+def read_profile(m, path):
+    """(m with the profile's share, what became of the profile: a line)."""
+    if path is None:
+        return m, "off (FASTNORM_PROFILE=off)"
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return m, "none (python -m fastnorm --tune measures one)"
+    except (OSError, ValueError) as e:
+        return m, f"ignored: {path} is not readable ({e})"
+    if not (isinstance(data, dict) and data.get("format") == PROFILE_FORMAT
+            and type(data.get("share")) is int and data["share"] > 0):
+        return m, f"ignored: {path} is not a profile of this version"
+    if data.get("machine") != fingerprint(m):
+        return m, f"ignored: {path} was measured on another machine ({data.get('machine')})"
+    m = Machine(m.l1d, m.l2, m.l3, m.cores, f"{m.source}; share: profile", m.guest,
+                data["share"])
+    return m, f"in use: {path}, measured {data.get('measured', '?')}"
+
+
+def load(environ=None):
+    """The machine in force and the profile's line: detect(), then the
+    profile unless FASTNORM_CACHES is set (it stands for another machine)."""
+    environ = os.environ if environ is None else environ
+    m = detect(environ)
+    if environ.get("FASTNORM_CACHES", "").strip():
+        return m, "not read (FASTNORM_CACHES is set)"
+    return read_profile(m, profile_path(environ))
+
+
+# ---- the tuning derived
 
 def _line(n, low):
     """n bytes down to whole 64-byte lines, at least low."""
@@ -196,79 +324,105 @@ def _pow2(n, low):
     return max(low, 1 << (max(1, n).bit_length() - 1))
 
 
+def l3_share(m):
+    """(a core's share of the last-level cache, the rule that gave it): as
+    measured where a profile (or FASTNORM_CACHES) gives it; else L3 over
+    the cores (two at least: a core beside its neighbour), at most
+    SHARE_MAX."""
+    if m.share:
+        return _line(m.share, 64 * KIB), "as measured, not derived"
+    cores = max(2, m.cores)
+    share = _line(max(m.l3, m.l2), 64 * KIB) // cores
+    if share > SHARE_MAX:
+        return SHARE_MAX, f"L3 / {cores} cores = {size_text(share)}, at most {size_text(SHARE_MAX)}"
+    return share, f"L3 / {cores} cores"
+
+
+class _Sizes:
+    """A machine's sizes as the rules read them: whole lines, at least a
+    few of them."""
+
+    def __init__(self, m):
+        self.l1d = _line(m.l1d, 4 * KIB)
+        self.l2 = _line(m.l2, 64 * KIB)
+        self.cores = m.cores
+        self.share = l3_share(m)[0]
+
+
+# Every machine-dependent tuning value, in src/tuning.h's fn_tuning order:
+# (name, the rule in words, the rule on a machine's _Sizes).  The reason
+# for each is beside it.
+RULES = (
+    # Calls of fewer values run on one thread: one core works through twice
+    # its L1d in values (from L1 and L2) sooner than a team starts and joins.
+    ("parallel_min", "2 L1d, in values", lambda c: _pow2(2 * c.l1d, 4096)),
+    # Calls on x that fits the cores' L2s split their work the same way
+    # every time, so each thread finds its part in its own cache.
+    ("same_split_bytes", "L2 x cores", lambda c: c.l2 * c.cores),
+    # Contiguous statistics fetch a quarter of L1d ahead: far enough for the
+    # reads from memory in flight, near enough to stay in L1.
+    ("stats_ahead", "L1d / 4", lambda c: _line(c.l1d // 4, 1 * KIB)),
+    # Rows are grouped (one vector lane a row) while x and y together fit a
+    # quarter of a core's share of the last-level cache, two L2s at least
+    # (they come from cache, where a row's reductions cost more than its
+    # values; from memory, each row a page, they lose the prefetchers at
+    # every row; a quarter, since other processes' data shares L3 too), and
+    # a row an 128th of L2 (16 rows of a group, read twice, stay in an
+    # eighth of it).  float64 rows take two looks: a quarter of the L2
+    # terms.  From cache, rows at least twice as long as from memory
+    # (tuning.h's SHORT_ROW_BYTES, 1 KiB) are grouped.
+    ("cached_bytes", "max(2 L2, share / 4)", lambda c: max(2 * c.l2, c.share // 4)),
+    ("cached_row_bytes", "L2 / 128", lambda c: _line(c.l2 // 128, 4 * KIB)),
+    ("cached_bytes_f64", "max(L2 / 2, share / 4)", lambda c: max(c.l2 // 2, c.share // 4)),
+    ("cached_row_bytes_f64", "L2 / 512", lambda c: _line(c.l2 // 512, 2 * KIB)),
+    # The next slice of a strided slice, fetched while it is written: half
+    # of L1d, beside what is being written.
+    ("prefetch_bytes", "L1d / 2", lambda c: _line(c.l1d // 2, 1 * KIB)),
+    # Each run of the next slice of several runs (NCHW channels are too many
+    # streams for the prefetchers): an eighth of L1d; runs of that many
+    # bytes hand the next run to the output pass to fetch.
+    ("run_ahead_bytes", "L1d / 8", lambda c: _line(c.l1d // 8, 512)),
+    # Values ahead of the float32 output pass of several-run slices: a
+    # quarter of L1d.
+    ("ahead_f32", "L1d / 4, in float32 values", lambda c: max(128, c.l1d // 4 // 4)),
+    # Runs up to a quarter of L1d go image by image; longer ones slice by
+    # slice, which keeps the slice in L2 between its two looks.
+    ("image_run_bytes", "L1d / 4", lambda c: _line(c.l1d // 4, 1 * KIB)),
+    # A row block of the column statistics reads half of L2 of its tile (and
+    # at least tuning.h's ROW_BLOCK_AIM rows).
+    ("col_block_bytes", "L2 / 2", lambda c: c.l2 // 2),
+    # Rows x tile bytes of a column sweep: the sweep and the next one,
+    # fetched meanwhile, stay in L2 beside the output of the strip.
+    ("sweep_bytes", "L2 / 16", lambda c: _line(c.l2 // 16, 4 * KIB)),
+    # The columns' output chunk: its float32 coefficients (3 a column, 12
+    # bytes) within three eighths of L1d, in whole vectors of 64.
+    ("out_chunk", "L1d / 32, in columns", lambda c: max(64, c.l1d // 32 // 64 * 64)),
+    # float64 rows run with periodic coefficients (24 bytes a column) while
+    # those stay within three eighths of L1d beside the stream.
+    ("periodic_bytes", "3/8 L1d", lambda c: _line(c.l1d * 3 // 8, 1 * KIB)),
+    # Outputs of a core's share of the last-level cache or more are written
+    # around the caches: the other cores' data shares it, so beside x they
+    # would not stay there, and would evict x and the caller's data on
+    # their way out.
+    ("stream_min_bytes", "max(share, 2 L2)", lambda c: max(c.share, 2 * c.l2)),
+    # Columns a masked COLUMNS item walks: their states (72 bytes a column)
+    # within half of L1d, in whole vectors of 16.
+    ("mask_tile", "L1d / 144, in columns", lambda c: max(16, c.l1d // 2 // 72 // 16 * 16)),
+    # Gradient rows an L1 way apart (4 KiB) read side by side: tuning.h's
+    # GRAD_ROWS (4) where an L1 set holds their 8 lines of x and dy and the
+    # partial buffers' 2, half as many where it does not.  A set has L1d /
+    # 4 KiB ways (x86 indexes L1d within a page).
+    ("paged_grad_rows", "4 where L1d has 10 ways of 4 KiB, else 2",
+     lambda c: 4 if c.l1d // (4 * KIB) >= 2 * 4 + 2 else 2),
+)
+RULE_TEXT = {name: text for name, text, _ in RULES}
+
+
 def derive(m):
     """Every machine-dependent tuning value, from m; names as in
-    src/tuning.h's fn_tuning.  Each rule's reason is beside it."""
-    l1d = _line(m.l1d, 4 * KIB)
-    l2 = _line(m.l2, 64 * KIB)
-    l3 = _line(max(m.l3, m.l2), 64 * KIB)
-    # A core's share of the last-level cache (half of it at most): the
-    # cores' data shares it.
-    share = l3 // max(2, m.cores)
-    return {
-        # Calls of fewer values run on one thread: one core works through
-        # twice its L1d in values (from L1 and L2) sooner than a team starts
-        # and joins.
-        "parallel_min": _pow2(2 * l1d, 4096),
-        # Calls on x that fits the cores' L2s split their work the same way
-        # every time, so each thread finds its part in its own cache.
-        "same_split_bytes": l2 * m.cores,
-        # Contiguous statistics fetch a quarter of L1d ahead: far enough for
-        # the reads from memory in flight, near enough to stay in L1.
-        "stats_ahead": _line(l1d // 4, 1 * KIB),
-        # Rows are grouped (one vector lane a row) while x and y together
-        # fit a quarter of a core's share of the last-level cache, two L2s
-        # at least (they come from cache, where a row's reductions cost
-        # more than its values; from memory, each row a page, they lose the
-        # prefetchers at every row; a quarter, since other processes' data
-        # shares L3 too), and a row an 128th of L2 (16 rows of a group,
-        # read twice, stay in an eighth of it).  float64 rows take two
-        # looks: a quarter of the L2 terms.  From cache, rows at least
-        # twice as long as from memory (tuning.h's SHORT_ROW_BYTES, 1 KiB)
-        # are grouped.
-        "cached_bytes": max(2 * l2, share // 4),
-        "cached_row_bytes": _line(l2 // 128, 4 * KIB),
-        "cached_bytes_f64": max(l2 // 2, share // 4),
-        "cached_row_bytes_f64": _line(l2 // 512, 2 * KIB),
-        # The next slice of a strided slice, fetched while it is written:
-        # half of L1d, beside what is being written.
-        "prefetch_bytes": _line(l1d // 2, 1 * KIB),
-        # Each run of the next slice of several runs (NCHW channels are too
-        # many streams for the prefetchers): an eighth of L1d; runs of that
-        # many bytes hand the next run to the output pass to fetch.
-        "run_ahead_bytes": _line(l1d // 8, 512),
-        # Values ahead of the float32 output pass of several-run slices: a
-        # quarter of L1d.
-        "ahead_f32": max(128, l1d // 4 // 4),
-        # Runs up to a quarter of L1d go image by image; longer ones slice by
-        # slice, which keeps the slice in L2 between its two looks.
-        "image_run_bytes": _line(l1d // 4, 1 * KIB),
-        # A row block of the column statistics reads half of L2 of its tile
-        # (and at least tuning.h's ROW_BLOCK_AIM rows).
-        "col_block_bytes": l2 // 2,
-        # Rows x tile bytes of a column sweep: the sweep and the next one,
-        # fetched meanwhile, stay in L2 beside the output of the strip.
-        "sweep_bytes": _line(l2 // 16, 4 * KIB),
-        # The columns' output chunk: its float32 coefficients (3 a column,
-        # 12 bytes) within three eighths of L1d, in whole vectors of 64.
-        "out_chunk": max(64, l1d // 32 // 64 * 64),
-        # float64 rows run with periodic coefficients (24 bytes a column)
-        # while those stay within three eighths of L1d beside the stream.
-        "periodic_bytes": _line(l1d * 3 // 8, 1 * KIB),
-        # Outputs of a core's share of the last-level cache or more (L3
-        # over the cores, half at most) are written around the caches: the
-        # other cores' data shares it, so beside x they would not stay
-        # there, and would evict x and the caller's data on their way out.
-        "stream_min_bytes": max(share, 2 * l2),
-        # Columns a masked COLUMNS item walks: their states (72 bytes a
-        # column) within half of L1d, in whole vectors of 16.
-        "mask_tile": max(16, l1d // 2 // 72 // 16 * 16),
-        # Gradient rows an L1 way apart (4 KiB) read side by side: tuning.h's
-        # GRAD_ROWS (4) where an L1 set holds their 8 lines of x and dy and
-        # the partial buffers' 2, half as many where it does not.  A set has
-        # L1d / 4 KiB ways (x86 indexes L1d within a page).
-        "paged_grad_rows": 4 if l1d // (4 * KIB) >= 2 * 4 + 2 else 2,
-    }
+    src/tuning.h's fn_tuning (RULES gives each rule and its reason)."""
+    c = _Sizes(m)
+    return {name: rule(c) for name, _, rule in RULES}
 
 
 
@@ -303,12 +457,24 @@ def size_text(n):
     return f"{n} B"
 
 
+def value_text(name, value):
+    """A tuning value as show_config prints it: a count, or bytes."""
+    return str(value) if name in COUNTS else size_text(value)
+
+
 def describe(machine=None):
     """One line of what was detected, as show_config prints it."""
     m = MACHINE if machine is None else machine
+    kind = "a virtual machine" if m.guest else "not a virtual machine"
     return (f"L1d {size_text(m.l1d)}, L2 {size_text(m.l2)} a core, L3 {size_text(m.l3)}; "
-            f"{m.cores} cores ({m.source})")
+            f"{m.cores} cores; {kind} ({m.source})")
 
 
-MACHINE = detect()
+def describe_share(machine=None):
+    """One line of a core's share of L3 and the rule that gave it."""
+    share, rule = l3_share(MACHINE if machine is None else machine)
+    return f"{size_text(share)} a core ({rule})"
+
+
+MACHINE, PROFILE = load()
 TUNING = derive(MACHINE)

@@ -19,7 +19,7 @@ from reference import assert_bitwise, fingerprint
 
 KEYS = {"pattern", "schedule", "threads", "streams", "descending", "float32_pass", "rows_pass",
         "in_cache", "simd", "slices", "slice_length", "fast_path", "copies", "machine", "tuning",
-        "columns"}
+        "rules", "columns"}
 RNG = np.random.default_rng(0)
 X = (2.0 + RNG.standard_normal((6, 4, 5))).astype(np.float32)
 DY = RNG.standard_normal(X.shape).astype(np.float32)
@@ -63,8 +63,10 @@ def test_keys_and_their_types(name):
         assert type(r[key]) is int and r[key] >= 1, key
     assert r["simd"] == dispatch.kernels.build_info()["variant"]
     assert r["copies"] == []
-    assert set(r["machine"]) == {"l1d", "l2", "l3", "cores", "source"}
+    assert set(r["machine"]) == {"l1d", "l2", "l3", "cores", "guest", "source", "share",
+                                 "share_rule", "profile"}
     assert r["tuning"] == dispatch.kernels.tuning()
+    assert set(r["rules"]) == set(r["tuning"])
     if r["pattern"] == "columns" and r["schedule"] == "tiles" and "backward" not in name:
         assert set(r["columns"]) == {"tile_columns", "tiles", "row_blocks", "rows_per_block",
                                      "sweep_rows", "fetch_ahead"}

@@ -6,6 +6,7 @@ The rest of the suite runs on conftest's TEST_MACHINE; the machine really
 detected here is checked in a process of its own."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -45,11 +46,14 @@ def test_override_takes_any_subset():
     assert _machine.parse_override("l2=2M, cores=16") == {"l2": 2 << 20, "cores": 16}
     assert _machine.parse_override("l1d=48K,l2=2M,l3=105M,cores=4") == {
         "l1d": 48 << 10, "l2": 2 << 20, "l3": 105 << 20, "cores": 4}
+    assert _machine.parse_override("guest=1,share=8M") == {"guest": True, "share": 8 << 20}
+    assert _machine.parse_override("guest=0") == {"guest": False}
 
 
 @pytest.mark.parametrize("text, match", [("l4=8M", "not one of"), ("l2", "not one of"),
                                          ("l2=0", "must be positive"), ("cores=0", "must be positive"),
-                                         ("l2=big", "not a size")])
+                                         ("l2=big", "not a size"), ("guest=yes", "guest is 0 or 1"),
+                                         ("share=0", "must be positive"), ("cores=2K", "not a whole number")])
 def test_a_wrong_override_names_what_is_wrong(text, match):
     with pytest.raises(ValueError, match=match):
         _machine.parse_override(text)
@@ -63,16 +67,32 @@ def _no_source():
 
 def test_override_wins_then_sources_in_turn_then_fallbacks():
     sources = (("first", lambda: {"l1d": 48 << 10}), ("second", lambda: {"l1d": 1, "l2": 1 << 20}))
-    m = _machine.detect({"FASTNORM_CACHES": "cores=3"}, sources)
-    assert (m.l1d, m.l2, m.l3, m.cores) == (48 << 10, 1 << 20, _machine.FALLBACK["l3"], 3)
-    assert m.source == "l1d: first; l2: second; l3: fallback; cores: FASTNORM_CACHES"
+    m = _machine.detect({"FASTNORM_CACHES": "cores=3"}, sources, guest=True)
+    assert (m.l1d, m.l2, m.l3, m.cores, m.guest) == (48 << 10, 1 << 20, _machine.FALLBACK["l3"],
+                                                      3, True)
+    assert m.source == "l1d: first; l2: second; l3: fallback; cores: FASTNORM_CACHES; guest: cpu flags"
 
 
 def test_nothing_found_takes_every_fallback_and_the_processors():
-    m = _machine.detect({}, (("none", _no_source),))
+    m = _machine.detect({}, (("none", _no_source),), guest=False)
     assert (m.l1d, m.l2, m.l3) == tuple(_machine.FALLBACK[k] for k in ("l1d", "l2", "l3"))
     assert m.cores == _machine._processors() >= 1
-    assert m.source == "l1d, l2, l3: fallback; cores: affinity"
+    assert (m.guest, m.share) == (False, 0)
+    assert m.source == "l1d, l2, l3: fallback; cores: affinity; guest: cpu flags"
+
+
+def test_a_guest_is_told_by_the_hypervisor_flag(tmp_path):
+    flags = "fpu vme sse2 avx2 avx512f"
+    (tmp_path / "host").write_text(f"processor\t: 0\nmodel name\t: A CPU\nflags\t\t: {flags}\n")
+    (tmp_path / "guest").write_text(f"processor\t: 0\nflags\t\t: {flags} hypervisor lahf_lm\n")
+    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd hypervisorx\n")
+    assert not _machine.is_guest(str(tmp_path / "host"))
+    assert _machine.is_guest(str(tmp_path / "guest"))
+    assert not _machine.is_guest(str(tmp_path / "arm"))      # a word, not a flag
+    assert not _machine.is_guest(str(tmp_path / "none"))
+    assert _machine.cpu_name(str(tmp_path / "host")) == "A CPU"
+    m = _machine.detect({"FASTNORM_CACHES": "guest=1"}, (("none", _no_source),), guest=False)
+    assert m.guest and "guest: FASTNORM_CACHES" in m.source
 
 
 def test_a_source_that_fails_is_passed_over():
@@ -115,18 +135,24 @@ def test_sysctl_is_asked_on_macos_only(monkeypatch):
     assert _machine.from_sysctl() == {}
 
 
+def _in_a_process_of_its_own(code, folder):
+    """json of what code prints, run after importing fastnorm in a fresh
+    process without the suite's FASTNORM_CACHES, in folder."""
+    env = {k: v for k, v in os.environ.items() if k != "FASTNORM_CACHES"}
+    out = subprocess.run([sys.executable, "-c", "import json, fastnorm; from fastnorm import "
+                          "_machine, _simd; " + code], env=env, capture_output=True, text=True,
+                         cwd=folder)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
 def test_the_machine_detected_here_is_the_one_in_force(tmp_path):
     # In a process of its own, without the suite's FASTNORM_CACHES, away
     # from the source tree (whose fastnorm has no compiled kernels).
-    env = {k: v for k, v in os.environ.items() if k != "FASTNORM_CACHES"}
-    code = ("import json, fastnorm; from fastnorm import _machine, _simd; "
-            "m = _machine.detect(); "
-            "print(json.dumps([m == _machine.MACHINE, "
-            "_simd.kernels.tuning() == _machine.derive(m), m.source]))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    same_machine, same_tuning, source = json.loads(out.stdout)
+    same_machine, same_tuning, source = _in_a_process_of_its_own(
+        "m = _machine.load()[0]; "
+        "print(json.dumps([m == _machine.MACHINE, "
+        "_simd.kernels.tuning() == _machine.derive(m), m.source]))", tmp_path)
     assert same_machine and same_tuning
     assert "FASTNORM_CACHES" not in source
     if sys.platform.startswith("linux") and os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
@@ -138,14 +164,127 @@ def test_show_config_and_explain_say_what_was_detected_and_chosen(capsys):
     text = capsys.readouterr().out
     assert f"caches:   {_machine.describe()}" in text
     assert "FASTNORM_CACHES" in text          # the suite's machine, named as the source
+    assert f"L3 share: {_machine.describe_share()}" in text
+    assert "profile:  not read (FASTNORM_CACHES is set)" in text
     for name, value in _simd.kernels.tuning().items():
-        shown = str(value) if name in _machine.COUNTS else _machine.size_text(value)
-        assert f"{name} {shown}" in text
+        assert re.search(rf"\n    {name} +{re.escape(_machine.value_text(name, value))}  "
+                         rf"\({re.escape(_machine.RULE_TEXT[name])}\)\n", text), name
     r = fastnorm.explain(fastnorm.layer_norm, np.zeros((4, 8), np.float32))
     m = _machine.MACHINE
+    share, rule = _machine.l3_share(m)
     assert r["machine"] == {"l1d": m.l1d, "l2": m.l2, "l3": m.l3, "cores": m.cores,
-                            "source": m.source}
+                            "guest": m.guest, "source": m.source, "share": share,
+                            "share_rule": rule, "profile": _machine.PROFILE}
     assert r["tuning"] == _machine.derive(m)
+    assert r["rules"] == _machine.RULE_TEXT
+
+
+# ---- profiles: the share measured (python -m fastnorm --tune) -------------
+
+EMR2 = Machine(l1d=48 * KIB, l2=2 * MIB, l3=300 * MIB, cores=2, source="l3: sysfs", guest=True)
+
+
+def _profile(path, machine, share=8 * MIB, **changes):
+    data = {"format": _machine.PROFILE_FORMAT, "machine": _machine.fingerprint(machine),
+            "share": share, "measured": "2026-11-28T12:00:00+00:00"}
+    data.update(changes)
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_profile_path_follows_the_environment(tmp_path):
+    assert _machine.profile_path({"FASTNORM_PROFILE": "off"}) is None
+    assert _machine.profile_path({"FASTNORM_PROFILE": " OFF "}) is None
+    named = str(tmp_path / "p.json")
+    assert _machine.profile_path({"FASTNORM_PROFILE": named}) == named
+    if sys.platform.startswith("linux"):
+        assert _machine.profile_path({"XDG_CACHE_HOME": str(tmp_path)}) == str(
+            tmp_path / "fastnorm" / "profile.json")
+
+
+def test_a_profile_of_this_machine_gives_its_share(tmp_path):
+    path = _profile(tmp_path / "p.json", EMR2)
+    m, line = _machine.read_profile(EMR2, path)
+    assert m.share == 8 * MIB and m.source.endswith("share: profile")
+    assert line == f"in use: {path}, measured 2026-11-28T12:00:00+00:00"
+    assert _machine.derive(m)["stream_min_bytes"] == 8 * MIB
+    assert _machine.derive(m)["cached_bytes"] == 4 * MIB       # two L2s still
+    assert _machine.l3_share(m) == (8 * MIB, "as measured, not derived")
+
+
+@pytest.mark.parametrize("content, line", [
+    (None, "none (python -m fastnorm --tune measures one)"),
+    ("{not json", "is not readable"),
+    ('{"format": 99, "share": 1}', "is not a profile of this version"),
+    ('{"format": 1, "share": -5}', "is not a profile of this version"),
+    ('{"format": 1, "share": "8M"}', "is not a profile of this version"),
+    ('[1, 2]', "is not a profile of this version"),
+])
+def test_a_profile_that_cannot_be_used_is_ignored_and_says_why(tmp_path, content, line):
+    path = tmp_path / "p.json"
+    if content is not None:
+        path.write_text(content)
+    m, said = _machine.read_profile(EMR2, str(path))
+    assert m == EMR2
+    assert line in said
+
+
+def test_a_profile_of_another_machine_is_ignored(tmp_path):
+    path = _profile(tmp_path / "p.json", EMR2)
+    for other in (dict(cores=16), dict(l3=480 * MIB), dict(guest=False)):
+        m = Machine(**dict(vars(EMR2), **other))
+        got, said = _machine.read_profile(m, path)
+        assert got == m and said.startswith(f"ignored: {path} was measured on another machine")
+
+
+def test_no_profile_is_read_where_fastnorm_caches_stands_for_another_machine(tmp_path):
+    path = _profile(tmp_path / "p.json", EMR2)
+    env = {"FASTNORM_CACHES": "l1d=48K,l2=2M,l3=300M,cores=2,guest=1", "FASTNORM_PROFILE": path}
+    m, said = _machine.load(env)
+    assert m.share == 0 and said == "not read (FASTNORM_CACHES is set)"
+    m, said = _machine.load({"FASTNORM_PROFILE": "off"})
+    assert m.share == 0 and said == "off (FASTNORM_PROFILE=off)"
+
+
+def test_tune_measures_writes_and_the_next_import_uses_its_profile(tmp_path, monkeypatch):
+    from fastnorm import _tune
+    path = tmp_path / "sub" / "profile.json"
+    monkeypatch.setenv("FASTNORM_PROFILE", str(path))
+    before = _simd.kernels.tuning()
+    fastnorm.set_num_threads(2)
+    assert _tune.main(rounds=1, largest=8 * MIB) == 0
+    assert _simd.kernels.tuning() == before and fastnorm.get_num_threads() == 2
+    data = json.loads(path.read_text())
+    assert data["format"] == _machine.PROFILE_FORMAT
+    assert [size for size, _ in data["kept_over_streamed"]] == _tune.sizes(
+        _machine.detect({}), 8 * MIB)
+    assert all(ratio > 0 for _, ratio in data["kept_over_streamed"])
+    # The next import: its profile is read, and its share is in force.
+    said, share, stream_min = _in_a_process_of_its_own(
+        "print(json.dumps([_machine.PROFILE, _machine.MACHINE.share, "
+        "_simd.kernels.tuning()['stream_min_bytes']]))", tmp_path)
+    assert said.startswith(f"in use: {path}")
+    assert share == data["share"] and stream_min == max(share, 2 * _machine.MACHINE.l2)
+
+
+@pytest.mark.parametrize("ratios, share", [
+    ([1.1, 1.2, 1.5], 4 * MIB),      # streaming wins everywhere: from the smallest
+    ([0.9, 1.0, 1.3], 8 * MIB),      # even from 8 MiB
+    ([0.9, 0.95, 1.3], 16 * MIB),
+    ([1.2, 0.9, 1.3], 16 * MIB),     # a size that went the other way counts
+    ([0.8, 0.9, 0.95], 32 * MIB),    # never: twice the largest
+])
+def test_the_share_is_where_streaming_stops_losing(ratios, share):
+    from fastnorm import _tune
+    results = list(zip((4 * MIB, 8 * MIB, 16 * MIB), ratios))
+    assert _tune.share_from(results) == share
+
+
+def test_tune_is_refused_where_no_profile_would_be_read(monkeypatch, capsys):
+    from fastnorm import _tune
+    monkeypatch.setenv("FASTNORM_PROFILE", "off")
+    assert _tune.main(rounds=1, largest=4 * MIB) == 2
+    assert "FASTNORM_PROFILE=off" in capsys.readouterr().out
 
 
 # ---- the tuning derived ---------------------------------------------------
@@ -173,17 +312,36 @@ def test_values_follow_the_caches_they_come_from():
     assert large["same_split_bytes"] == 2 * MIB * 16
 
 
-def test_outputs_stream_from_a_cores_share_of_the_last_level_cache():
-    # Two cores (the EPYC): half of L3, an output beside its input.
-    assert _machine.derive(ZEN)["stream_min_bytes"] == 16 * MIB
+def test_a_cores_share_of_l3_is_l3_over_the_cores_at_most_16_mib():
+    # Two cores of a 32 MiB L3 (the EPYC guests): half of it.
+    assert _machine.l3_share(ZEN) == (16 * MIB, "L3 / 2 cores")
     # One core: still half, x and y both in L3.
     one = Machine(l1d=32 * KIB, l2=512 * KIB, l3=32 * MIB, cores=1, source="test")
-    assert _machine.derive(one)["stream_min_bytes"] == 16 * MIB
+    assert _machine.l3_share(one)[0] == 16 * MIB
     # More cores share the same L3: each one's share is less.
-    many = Machine(l1d=48 * KIB, l2=2 * MIB, l3=300 * MIB, cores=16, source="test")
-    assert _machine.derive(many)["stream_min_bytes"] == 300 * MIB // 16
+    assert _machine.l3_share(XEON) == (105 * MIB // 16, "L3 / 16 cores")
+    # A guest of a large socket reports the socket's L3 for its few vCPUs:
+    # the share is capped, guest or not (a process pinned to a few cores
+    # of a large part overstates it alike).
+    for guest in (True, False):
+        emr = Machine(l1d=48 * KIB, l2=2 * MIB, l3=300 * MIB, cores=2, source="t", guest=guest)
+        assert _machine.l3_share(emr) == (16 * MIB, "L3 / 2 cores = 150 MiB, at most 16 MiB")
+    # A share measured (a profile) is taken as it is, in whole lines.
+    measured = Machine(l1d=48 * KIB, l2=2 * MIB, l3=300 * MIB, cores=2, source="t",
+                       share=40 * MIB + 5)
+    assert _machine.l3_share(measured) == (40 * MIB, "as measured, not derived")
+
+
+def test_outputs_stream_from_a_cores_share_of_the_last_level_cache():
+    assert _machine.derive(ZEN)["stream_min_bytes"] == 16 * MIB
+    emr16 = Machine(l1d=48 * KIB, l2=2 * MIB, l3=300 * MIB, cores=16, source="test")
+    assert _machine.derive(emr16)["stream_min_bytes"] == 16 * MIB
+    assert _machine.derive(XEON)["stream_min_bytes"] == 105 * MIB // 16
     # Never below two L2s, where the private caches hold more than the share.
     assert _machine.derive(HUGE)["stream_min_bytes"] == 2 * HUGE.l2
+    measured = Machine(l1d=48 * KIB, l2=2 * MIB, l3=300 * MIB, cores=2, source="t",
+                       share=40 * MIB)
+    assert _machine.derive(measured)["stream_min_bytes"] == 40 * MIB
 
 
 def test_rows_are_grouped_while_x_and_y_fit_a_quarter_of_a_cores_share_of_l3():
@@ -197,6 +355,16 @@ def test_rows_are_grouped_while_x_and_y_fit_a_quarter_of_a_cores_share_of_l3():
     # One core: half of L3 its share, an eighth of L3 the bound.
     one = Machine(l1d=32 * KIB, l2=512 * KIB, l3=32 * MIB, cores=1, source="test")
     assert _machine.derive(one)["cached_bytes"] == 4 * MIB
+    # 480 MiB for two vCPUs: a quarter of 16 MiB, not of 240.
+    big = Machine(l1d=48 * KIB, l2=2 * MIB, l3=480 * MIB, cores=2, source="test", guest=True)
+    assert _machine.derive(big)["cached_bytes"] == 4 * MIB
+
+
+def test_every_rule_is_named_and_gives_its_value():
+    assert [name for name, _, _ in _machine.RULES] == list(_simd.kernels.TUNING_FIELDS)
+    assert all(text for text in _machine.RULE_TEXT.values())
+    assert "share" in _machine.RULE_TEXT["stream_min_bytes"]
+    assert "share" in _machine.RULE_TEXT["cached_bytes"]
 
 
 def test_gradient_rows_a_page_apart_go_four_where_an_l1_set_holds_them():
