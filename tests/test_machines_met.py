@@ -1,0 +1,239 @@
+"""The planner's decisions on every machine fastnorm has been measured on,
+checked on any machine.
+
+Each machine is held as what fastnorm detected there (caches, cores, a
+virtual machine or not); through ``_machine.use`` its tuning is in force
+while ``explain()`` reports how the performance table's calls (the cases
+of benchmarks/ab.py, and sizes either side of the thresholds) would run:
+the pattern and schedule, whether the output streams, whether the rows
+count as in cache.  The expected decisions are written out here, not
+derived: a change of a rule that flips a decision on a machine nobody has
+at hand fails here, and the new decision needs that machine's figures.
+
+Which decisions were measured fastest on each machine, and which follow
+from the rules alone, is in docs/performance.md ("Decisions on the
+machines met").
+"""
+import numpy as np
+import pytest
+
+import fastnorm
+from fastnorm import _machine
+from fastnorm._machine import KIB, MIB, Machine
+
+# What fastnorm detected on each machine met (sysfs, affinity, the
+# hypervisor flag); all are KVM guests of large server sockets.
+MACHINES = {
+    # Intel Xeon, family 6 model 207 (Emerald Rapids), 2 vCPUs, AVX-512
+    "xeon-emr-2": Machine(48 * KIB, 2 * MIB, 300 * MIB, 2, "met", guest=True),
+    # the same CPU as a 16-vCPU guest
+    "xeon-emr-16": Machine(48 * KIB, 2 * MIB, 300 * MIB, 16, "met", guest=True),
+    # Intel Xeon, family 6 model 167 as the guest sees it (AMX, AVX-512 FP16), 2 vCPUs
+    "xeon-480-2": Machine(48 * KIB, 2 * MIB, 480 * MIB, 2, "met", guest=True),
+    # AMD EPYC (Zen 5), 2 vCPUs, AVX-512
+    "epyc-zen5-2": Machine(48 * KIB, 1 * MIB, 32 * MIB, 2, "met", guest=True),
+    # AMD EPYC, family 25 model 1 (Zen 3), 2 vCPUs, AVX2
+    "epyc-zen3-2": Machine(32 * KIB, 512 * KIB, 32 * MIB, 2, "met", guest=True),
+}
+
+F32, F64 = np.float32, np.float64
+
+
+def _z(shape, dtype):
+    # Zeros from calloc: pages untouched, explain() reads nothing.
+    return np.zeros(shape, dtype)
+
+
+def _rows(func, shape, dtype, axis=-1):
+    x = _z(shape, dtype)
+    return getattr(fastnorm, func), (x,), {"axis": axis, "out": np.empty_like(x)}
+
+
+def _mean_var(shape, dtype, axis):
+    x = _z(shape, dtype)
+    kept = tuple(n for i, n in enumerate(shape) if i != axis % len(shape))
+    return fastnorm.mean_var, (x,), {"axis": axis, "out": (_z(kept, dtype), _z(kept, dtype))}
+
+
+def _batch_norm(shape, dtype, axis=None, training=True):
+    x = _z(shape, dtype)
+    red = tuple(i for i in range(x.ndim) if i != 1) if axis is None else axis
+    c = tuple(n for i, n in enumerate(shape) if i not in red)
+    kw = {} if axis is None else {"axis": axis}
+    return fastnorm.batch_norm, (x, np.ones(c, dtype), _z(c, dtype), _z(c, F64),
+                                 np.ones(c, F64)), dict(kw, training=training,
+                                                        out=np.empty_like(x))
+
+
+def _backward(func, shape, dtype, axis):
+    x = _z(shape, dtype)
+    red = (axis,) if isinstance(axis, int) else axis
+    stat = tuple(1 if i in red or i - len(shape) in red else n for i, n in enumerate(shape))
+    if func == "batch_norm_backward":
+        g = np.ones(tuple(n for i, n in enumerate(shape) if i not in red), dtype)
+    else:
+        g = np.ones(tuple(shape[i] for i in red), dtype)
+    dx, dg, db = np.empty_like(x), np.empty_like(g), np.empty_like(g)
+    if func == "rms_norm_backward":
+        return (fastnorm.rms_norm_backward, (x, x, np.ones(stat, dtype), g),
+                {"axis": axis, "out": (dx, dg)})
+    return (getattr(fastnorm, func), (x, x, _z(stat, dtype), np.ones(stat, dtype), g),
+            {"axis": axis, "out": (dx, dg, db)})
+
+
+def _group_norm(shape, dtype):
+    x = _z(shape, dtype)
+    return fastnorm.group_norm, (x, 8), {"out": np.empty_like(x)}
+
+
+def _group_norm_backward(shape, dtype):
+    x = _z(shape, dtype)
+    stat = (shape[0], 8, 1, 1)
+    g = np.ones(shape[1], dtype)
+    return (fastnorm.group_norm_backward, (x, x, _z(stat, dtype), np.ones(stat, dtype), 8, g),
+            {"out": (np.empty_like(x), np.empty_like(g), np.empty_like(g))})
+
+
+# The performance table's calls (benchmarks/ab.py, out= given), and rows of
+# layer_norm either side of where outputs start to stream.
+CASES = {
+    "layer_norm rows f32": lambda: _rows("layer_norm", (8192, 1024), F32),
+    "layer_norm rows f64": lambda: _rows("layer_norm", (8192, 1024), F64),
+    "layer_norm rows 256 MiB": lambda: _rows("layer_norm", (16384, 4096), F32),
+    "layer_norm rows 2 MiB": lambda: _rows("layer_norm", (512, 1024), F32),
+    "layer_norm rows 4 MiB": lambda: _rows("layer_norm", (1024, 1024), F32),
+    "layer_norm rows 8 MiB": lambda: _rows("layer_norm", (2048, 1024), F32),
+    "layer_norm rows 16 MiB": lambda: _rows("layer_norm", (4096, 1024), F32),
+    "layer_norm rows 24 MiB": lambda: _rows("layer_norm", (6144, 1024), F32),
+    "layer_norm short rows f32": lambda: _rows("layer_norm", (131072, 32), F32),
+    "layer_norm short rows f64": lambda: _rows("layer_norm", (131072, 32), F64),
+    "layer_norm last 2 axes": lambda: _rows("layer_norm", (64, 196, 768), F32, (1, 2)),
+    "rms_norm rows": lambda: _rows("rms_norm", (8192, 1024), F32),
+    "layer_norm axis 0": lambda: _rows("layer_norm", (4096, 4096), F32, 0),
+    "batch_norm (N, C)": lambda: _batch_norm((65536, 512), F32, (0,)),
+    "batch_norm NCHW": lambda: _batch_norm((64, 64, 56, 56), F32),
+    "batch_norm NCHW f64": lambda: _batch_norm((64, 64, 56, 56), F64),
+    "batch_norm NHWC": lambda: _batch_norm((64, 56, 56, 64), F32, (0, 1, 2)),
+    "batch_norm NCHW 7x7": lambda: _batch_norm((256, 512, 7, 7), F32),
+    "batch_norm NCHW 14x14": lambda: _batch_norm((64, 512, 14, 14), F32),
+    "batch_norm eval NCHW": lambda: _batch_norm((64, 64, 56, 56), F32, training=False),
+    "mean_var rows": lambda: _mean_var((8192, 1024), F32, -1),
+    "mean_var rows 4 MiB": lambda: _mean_var((1024, 1024), F32, -1),
+    "mean_var rows 8 MiB": lambda: _mean_var((2048, 1024), F32, -1),
+    "mean_var columns": lambda: _mean_var((8192, 1024), F32, 0),
+    "group_norm NCHW": lambda: _group_norm((64, 64, 56, 56), F32),
+    "layer_norm_backward rows": lambda: _backward("layer_norm_backward", (8192, 1024), F32, -1),
+    "rms_norm_backward rows": lambda: _backward("rms_norm_backward", (8192, 1024), F32, -1),
+    "layer_norm_backward axis 0": lambda: _backward("layer_norm_backward", (4096, 2048), F32,
+                                                    0),
+    "batch_norm_backward (N, C)": lambda: _backward("batch_norm_backward", (65536, 512), F32,
+                                                    (0,)),
+    "batch_norm_backward NCHW": lambda: _backward("batch_norm_backward", (64, 64, 56, 56),
+                                                  F32, (0, 2, 3)),
+    "batch_norm_backward NCHW 7x7": lambda: _backward("batch_norm_backward", (256, 512, 7, 7),
+                                                      F32, (0, 2, 3)),
+    "group_norm_backward NCHW": lambda: _group_norm_backward((32, 64, 56, 56), F32),
+}
+
+
+def decisions(machine):
+    """{case: "pattern schedule [streams] [in cache]"} with machine's tuning
+    in force and as many threads as it has cores; the columns' tiles add
+    the rows of a sweep and what it fetches ahead."""
+    out = {}
+    fastnorm.set_num_threads(machine.cores)
+    try:
+        with _machine.use(machine):
+            for name, make in CASES.items():
+                func, args, kwargs = make()
+                r = fastnorm.explain(func, *args, **kwargs)
+                words = [r["pattern"], r["schedule"]]
+                words += ["streams"] * r["streams"] + ["in cache"] * r["in_cache"]
+                if r["columns"]:
+                    words += [f"sweeps of {r['columns']['sweep_rows']}",
+                              f"fetching {r['columns']['fetch_ahead']}"]
+                out[name] = " ".join(words)
+    finally:
+        fastnorm.set_num_threads(None)
+    return out
+
+
+# The same on every machine met.  Where outputs stream: from a core's
+# share of L3 (16 MiB on all of them), so rows of 8 MiB are written
+# through the cache and rows of 16 MiB around it (measured on xeon-480-2,
+# epyc-zen3-2, xeon-emr-2 at 32 MiB); rows in cache while x and y fit a
+# quarter of it (4 MiB: 2 MiB of rows grouped, 4 MiB not).
+COMMON = {
+    "layer_norm rows f32": "slices turns streams",
+    "layer_norm rows f64": "slices whole streams",
+    "layer_norm rows 256 MiB": "slices turns streams",
+    "layer_norm rows 2 MiB": "slices rows in cache",
+    "layer_norm rows 4 MiB": "slices whole",
+    "layer_norm rows 8 MiB": "slices whole",
+    "layer_norm rows 16 MiB": "slices turns streams",
+    "layer_norm rows 24 MiB": "slices turns streams",
+    "layer_norm short rows f32": "slices rows streams",
+    "layer_norm short rows f64": "slices rows streams",
+    "layer_norm last 2 axes": "slices turns streams",
+    "rms_norm rows": "slices turns streams",
+    "batch_norm NCHW": "slices whole streams",
+    "batch_norm NCHW f64": "slices whole streams",
+    "batch_norm NCHW 7x7": "images channels streams",
+    "batch_norm NCHW 14x14": "images images streams",
+    "batch_norm eval NCHW": "slices whole streams",
+    "mean_var rows": "slices whole",
+    "mean_var rows 4 MiB": "slices rows in cache",
+    "mean_var rows 8 MiB": "slices whole",
+    "group_norm NCHW": "slices turns streams",
+    "layer_norm_backward rows": "slices rows streams",
+    "rms_norm_backward rows": "slices rows streams",
+    "layer_norm_backward axis 0": "columns tiles streams",
+    "batch_norm_backward (N, C)": "columns tiles streams",
+    "batch_norm_backward NCHW": "slices whole streams",
+    "batch_norm_backward NCHW 7x7": "images images streams",
+    "group_norm_backward NCHW": "slices whole streams",
+}
+
+# Where the machines part: the columns' sweeps hold a sixteenth of L2
+# (2 MiB on the Xeons, 1 MiB on the Zen 5, 512 KiB on the Zen 3); rows
+# 16 KiB apart (a multiple of 4 KiB) fetch the next rows' heads.
+_XEON = dict(COMMON, **{
+    "layer_norm axis 0": "columns tiles streams sweeps of 16 fetching heads",
+    "batch_norm (N, C)": "columns tiles streams sweeps of 64 fetching sweeps",
+    "batch_norm NHWC": "columns tiles streams sweeps of 512 fetching sweeps",
+    "mean_var columns": "columns tiles sweeps of 32 fetching heads",
+})
+EXPECTED = {
+    "xeon-emr-2": _XEON,
+    "xeon-emr-16": _XEON,
+    "xeon-480-2": _XEON,
+    "epyc-zen5-2": dict(COMMON, **{
+        "layer_norm axis 0": "columns tiles streams sweeps of 8 fetching heads",
+        "batch_norm (N, C)": "columns tiles streams sweeps of 32 fetching sweeps",
+        "batch_norm NHWC": "columns tiles streams sweeps of 256 fetching sweeps",
+        "mean_var columns": "columns tiles sweeps of 16 fetching heads",
+    }),
+    "epyc-zen3-2": dict(COMMON, **{
+        "layer_norm axis 0": "columns tiles streams sweeps of 8 fetching heads",
+        "batch_norm (N, C)": "columns tiles streams sweeps of 16 fetching sweeps",
+        "batch_norm NHWC": "columns tiles streams sweeps of 128 fetching sweeps",
+        "mean_var columns": "columns tiles sweeps of 8 fetching heads",
+    }),
+}
+
+
+@pytest.mark.parametrize("name", list(MACHINES))
+def test_the_planner_decides_on_each_machine_met_as_measured(name):
+    assert set(EXPECTED[name]) == set(CASES)
+    got = decisions(MACHINES[name])
+    wrong = {case: f"{got[case]!r}, expected {want!r}" for case, want in EXPECTED[name].items()
+             if got[case] != want}
+    assert not wrong, wrong
+
+
+def test_the_guests_of_large_sockets_no_longer_plan_by_their_whole_l3():
+    # What went wrong at 941cd11: half of 300 or 480 MiB a core, outputs of
+    # 32 MiB kept in cache, rows of 32 MiB grouped as if in cache.
+    for name in ("xeon-emr-2", "xeon-480-2"):
+        t = _machine.derive(MACHINES[name])
+        assert t["stream_min_bytes"] == 16 * MIB and t["cached_bytes"] == 4 * MIB, name
