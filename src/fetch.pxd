@@ -7,7 +7,7 @@
 # reads from memory (docs/design.md).
 
 from simd cimport fn_prefetch_l2, in_t
-from plan cimport STATS_AHEAD
+from plan cimport AHEAD_ROWS, STATS_AHEAD
 
 
 cdef struct Ahead:
@@ -36,11 +36,12 @@ cdef inline void ahead_lines(Ahead* a, Py_ssize_t n) noexcept nogil:
                 return
 
 
-cdef inline void ahead_share(Ahead* a) noexcept nogil:
-    """Prefetch a strip's share of the next sweep, in one short loop
-    before its rows: a cursor stepped among them, or in steps of a row,
-    slowed the sweeps even where it fetched nothing (docs/design.md)."""
-    ahead_lines(a, a.share)
+cdef inline Py_ssize_t ahead_piece(const Ahead* a, Py_ssize_t nrows) noexcept nogil:
+    """Lines a strip of nrows rows prefetches before each AHEAD_ROWS of
+    them, its share in all: all before its rows held up the rows' own
+    reads on an AVX-512 Xeon, a step per row slowed a Zen 3's rows even
+    where it fetched nothing (docs/design.md)."""
+    return (a.share * AHEAD_ROWS + nrows - 1) // max(<Py_ssize_t>1, nrows)
 
 
 cdef inline void ahead_init(Ahead* a, const char* first, Py_ssize_t width, Py_ssize_t rs,

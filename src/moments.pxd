@@ -25,8 +25,8 @@
 # update waits for four dependent operations.
 
 from simd cimport *
-from plan cimport FN_NV, FN_NVC, ROW_ACCS, SIDE_ROW_VECTORS, STATS_AHEAD
-from fetch cimport Ahead, ahead_share, ahead_steps, fetch_lines
+from plan cimport AHEAD_ROWS, FN_NV, FN_NVC, ROW_ACCS, SIDE_ROW_VECTORS, STATS_AHEAD
+from fetch cimport Ahead, ahead_lines, ahead_piece, ahead_steps, fetch_lines
 
 cdef struct Moments:
     double n       # number of values
@@ -451,8 +451,8 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
     """Welford over nrows rows (rs bytes apart) of FN_NVC vectors of
     contiguous columns, continuing from k0 rows already in mean/m2.  The accumulators live in
     registers for the whole sweep, so each value costs its load and four
-    vector operations.  Before its rows, the strip prefetches its share of
-    the next sweep (ahead_share).
+    vector operations.  The strip prefetches its share of the next sweep
+    in pieces, one before each AHEAD_ROWS rows (ahead_piece).
 
     float16/float32 columns take shifted sums instead (see the top of this
     file), about `pivot`, their centres: mean/m2 hold the sums of
@@ -466,31 +466,40 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
     cdef fn_vd piv[FN_NVC]
     cdef fn_vd r, d, e, one = fn_one_for_fma()
     cdef const char* row
-    cdef Py_ssize_t k, w = FN_W * <Py_ssize_t>sizeof(in_t)
+    cdef Py_ssize_t k, g, g_end, w = FN_W * <Py_ssize_t>sizeof(in_t)
     cdef Ahead a = ahead[0]       # a local: its fields stay in registers
+    cdef Py_ssize_t piece = ahead_piece(&a, nrows)
+    # An idle cursor (from cache, or rows that fetch only heads): the rows
+    # in one piece, with nothing among them.
+    cdef Py_ssize_t step = AHEAD_ROWS if a.rows > 0 else nrows
     cdef int v
-    ahead_share(&a)
     for v in range(FN_NVC):
         mu[v] = fn_load_f64(mean + v * FN_W)
         q[v] = fn_load_f64(m2 + v * FN_W)
         piv[v] = fn_load_f64(pivot + v * FN_W)
     if in_t is not double:
         # Two rows a step into two sets of sums: one set would wait on the
-        # FMA's latency every row.
+        # FMA's latency every row.  (Pieces of AHEAD_ROWS, an even count,
+        # or all the rows: the pairs stay.)
         for v in range(FN_NVC):
             mu2[v] = fn_zero()
             q2[v] = fn_zero()
-        for k in range(0, nrows - 1, 2):
-            row = x + k * rs
-            for v in range(FN_NVC):
-                d = fn_sub(vload(row + v * w, sizeof(in_t), ki), piv[v])
-                e = fn_sub(vload(row + rs + v * w, sizeof(in_t), ki), piv[v])
-                # + d on the FMA pipes (fn_one_for_fma), as in rows_moments
-                # (design.md, "Pipes and loop layout")
-                mu[v] = fn_fma(d, one, mu[v])
-                q[v] = fn_fma(d, d, q[v])
-                mu2[v] = fn_fma(e, one, mu2[v])
-                q2[v] = fn_fma(e, e, q2[v])
+        g = 0
+        while g < nrows - 1:
+            ahead_lines(&a, piece)
+            g_end = min(g + step, nrows - 1)
+            for k in range(g, g_end, 2):
+                row = x + k * rs
+                for v in range(FN_NVC):
+                    d = fn_sub(vload(row + v * w, sizeof(in_t), ki), piv[v])
+                    e = fn_sub(vload(row + rs + v * w, sizeof(in_t), ki), piv[v])
+                    # + d on the FMA pipes (fn_one_for_fma), as in
+                    # rows_moments (design.md, "Pipes and loop layout")
+                    mu[v] = fn_fma(d, one, mu[v])
+                    q[v] = fn_fma(d, d, q[v])
+                    mu2[v] = fn_fma(e, one, mu2[v])
+                    q2[v] = fn_fma(e, e, q2[v])
+            g = g_end
         if nrows % 2:
             row = x + (nrows - 1) * rs
             for v in range(FN_NVC):
@@ -502,13 +511,18 @@ cdef inline void strip_welford(const char* x, Py_ssize_t rs, Py_ssize_t nrows,
             fn_store_f64(m2 + v * FN_W, fn_add(q[v], q2[v]))
         ahead[0] = a
         return
-    for k in range(nrows):
-        row = x + k * rs
-        r = fn_set1(1.0 / <double>(k0 + k + 1))
-        for v in range(FN_NVC):
-            welford_step(shifted(vload(row + v * FN_W * <Py_ssize_t>sizeof(in_t), sizeof(in_t), ki),
-                                     piv[v], ki), r,
-                         &mu[v], &q[v])
+    g = 0
+    while g < nrows:
+        ahead_lines(&a, piece)
+        g_end = min(g + step, nrows)
+        for k in range(g, g_end):
+            row = x + k * rs
+            r = fn_set1(1.0 / <double>(k0 + k + 1))
+            for v in range(FN_NVC):
+                welford_step(shifted(vload(row + v * FN_W * <Py_ssize_t>sizeof(in_t),
+                                           sizeof(in_t), ki), piv[v], ki), r,
+                             &mu[v], &q[v])
+        g = g_end
     for v in range(FN_NVC):
         fn_store_f64(mean + v * FN_W, mu[v])
         fn_store_f64(m2 + v * FN_W, q[v])

@@ -149,6 +149,12 @@ static fn_tuning_t fn_tuning;
  * stays within the kept blocks (scratch.h). */
 #define FN_MAX_PASS_GROUPS 32
 #define FN_GRAD_PASS_GROUPS 16
+/* A column strip prefetches its share of the next sweep a piece before
+ * each AHEAD_ROWS of its rows (even: the float sums take rows in pairs). */
+#define FN_AHEAD_ROWS 4
+#if FN_AHEAD_ROWS % 2
+#error "strip_welford's float sums take rows two at a time"
+#endif
 /* Rows apart in memory are fetched this many rows ahead, rows up to
  * PREFETCH_ROW_MAX bytes (longer ones train the hardware prefetchers). */
 #define FN_PREFETCH_ROWS 4
