@@ -277,10 +277,14 @@ cdef inline void prefetch_run(const SlicePlan* p, const Odometer* s, const Odome
 
 cdef inline Py_ssize_t run_ahead_bytes(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
     """How much of each run of slice si + 1 slice si prefetches: 0 for
-    single runs or blocks (R.flat), runs over IMAGE_RUN_BYTES (the hardware
-    prefetchers follow those) and the last slice."""
+    single runs or blocks (R.flat), the last slice, and long runs: for the
+    statistics, runs of more than twice STATS_AHEAD (their own statistics
+    fetch the most of them; shorter ones would start unfetched), for the
+    output of given statistics runs over IMAGE_RUN_BYTES (the hardware
+    prefetchers follow those)."""
     cdef Py_ssize_t run_bytes = p.run_len * p.L.red[p.L.n_red - 1].stride[OP_X]
-    if p.stat_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > IMAGE_RUN_BYTES:
+    cdef Py_ssize_t longest = IMAGE_RUN_BYTES if p.mode == MODE_GIVEN else 2 * STATS_AHEAD
+    if p.stat_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > longest:
         return 0
     return min(<Py_ssize_t>RUN_AHEAD_BYTES, run_bytes)
 
