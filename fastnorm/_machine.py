@@ -1,8 +1,9 @@
 """The machine the kernels tune themselves to, and the values derived from it.
 
 Detected once at import: the data cache of one core (L1d), its L2, the
-last-level cache (L3), the processors this process may run on, and whether
-the machine is a virtual one (the CPU's hypervisor flag).  Every tuning
+last-level cache (L3), the processors this process may run on, whether
+the machine is a virtual one (the CPU's hypervisor flag), and whether a
+prefetch into L2 fills L1 too (the CPU's model).  Every tuning
 value that depends on the machine is derived from these by ``derive``, one
 rule each with its reason (``RULES``); ``src/tuning.h`` holds the fixed ones
 (register counts, numerics, data-structure sizes, memory budgets).
@@ -14,7 +15,7 @@ guess by the share measured on this machine; later imports read it
 (``FASTNORM_PROFILE`` names its file, or ``off``).
 
 ``FASTNORM_CACHES`` overrides what is detected, any subset of
-``l1d=48K,l2=2M,l3=105M,cores=16,guest=1,share=8M`` (sizes in bytes, with
+``l1d=48K,l2=2M,l3=105M,cores=16,guest=1,share=8M,prefetch_l1=0`` (sizes in bytes, with
 an optional K, M or G): to reproduce another machine's routes, or where
 detection is wrong; a profile is not read while it is set.  A size that
 cannot be found takes its fallback (``FALLBACK``), and ``source`` says
@@ -44,13 +45,15 @@ class Machine:
     source: str   # where each value came from, e.g. "l1d, l2, l3: sysfs; cores: affinity"
     guest: bool = False  # a virtual machine: its L3 is the host socket's, shared unseen
     share: int = 0       # a core's share of L3 as measured (a profile); 0: l3_share's rule
+    prefetch_l1: bool = False  # a prefetch into L2 fills L1 too (AMD's cores before Zen 4)
 
 
 # Taken where a size cannot be found: the smaller caches of current
 # x86-64 and Arm server cores, so a machine with more loses a little speed,
 # never the fit in cache that a value assumes.
 FALLBACK = {"l1d": 32 * KIB, "l2": 512 * KIB, "l3": 8 * MIB}
-NAMES = ("l1d", "l2", "l3", "cores", "guest", "share")
+NAMES = ("l1d", "l2", "l3", "cores", "guest", "share", "prefetch_l1")
+FLAGS = ("guest", "prefetch_l1")
 SIZES = ("l1d", "l2", "l3", "share")
 # A core's share of the last-level cache at most.  A virtual machine sees
 # its host socket's L3 (300 and 480 MiB on the Xeons met, for 2 vCPUs) and
@@ -60,7 +63,8 @@ SIZES = ("l1d", "l2", "l3", "share")
 # a core; docs/design.md has the figures.
 SHARE_MAX = 16 * MIB
 # Tuning values that count values or columns; the others are bytes.
-COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "mask_tile", "paged_grad_rows")
+COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "mask_tile", "paged_grad_rows",
+          "heads_apart")
 
 
 def parse_size(text):
@@ -80,9 +84,9 @@ def parse_override(text):
         if not sep or name not in NAMES:
             raise ValueError(f"FASTNORM_CACHES: {part!r} is not one of "
                              f"{', '.join(n + '=...' for n in NAMES)}")
-        if name == "guest":
+        if name in FLAGS:
             if value.strip() not in ("0", "1"):
-                raise ValueError(f"FASTNORM_CACHES: guest is 0 or 1, not {value.strip()!r}")
+                raise ValueError(f"FASTNORM_CACHES: {name} is 0 or 1, not {value.strip()!r}")
             values[name] = value.strip() == "1"
             continue
         if name in SIZES:
@@ -217,9 +221,39 @@ def cpu_name(cpuinfo="/proc/cpuinfo"):
     return platform.processor() or platform.machine()
 
 
-def detect(environ=None, sources=None, guest=None):
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    """(vendor, family, model) of the first processor, as Linux lists
+    them; None elsewhere."""
+    found = {}
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                key = key.strip()
+                if sep and key in ("vendor_id", "cpu family", "model") and key not in found:
+                    found[key] = value.strip()
+                if not line.strip() and found:
+                    break
+        return found["vendor_id"], int(found["cpu family"]), int(found["model"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def prefetch_fills_l1(model):
+    """Whether a prefetch into L2 (prefetcht1) fills L1 as well: AMD's Zen,
+    Zen 2 (family 0x17) and Zen 3 (family 0x19, models 0x00-0x0f and
+    0x20-0x5f); not Intel's cores, nor AMD's from Zen 4 (family 0x19,
+    models 0x10-0x1f, 0x60 on; family 0x1a)."""
+    if model is None or model[0] != "AuthenticAMD":
+        return False
+    _, family, number = model
+    return family == 0x17 or (family == 0x19 and (number < 0x10 or 0x20 <= number < 0x60))
+
+
+def detect(environ=None, sources=None, guest=None, model=None):
     """The Machine: FASTNORM_CACHES first, then the OS's sources in turn,
-    then FALLBACK (guest: is_guest, or a value given)."""
+    then FALLBACK (guest: is_guest, or a value given; model: cpu_model's
+    answer, or one given)."""
     environ = os.environ if environ is None else environ
     if sources is None:
         sources = (("sysfs", from_sysfs), ("sysctl", from_sysctl), ("sysconf", from_sysconf))
@@ -245,13 +279,16 @@ def detect(environ=None, sources=None, guest=None):
     if "guest" not in values:
         values["guest"] = is_guest() if guest is None else guest
         origin["guest"] = "cpu flags"
+    if "prefetch_l1" not in values:
+        values["prefetch_l1"] = prefetch_fills_l1(cpu_model() if model is None else model)
+        origin["prefetch_l1"] = "cpu model"
     by_origin = {}
     for name in NAMES:
         if name in origin:
             by_origin.setdefault(origin[name], []).append(name)
     source = "; ".join(f"{', '.join(names)}: {where}" for where, names in by_origin.items())
     return Machine(values["l1d"], values["l2"], values["l3"], values["cores"], source,
-                   values["guest"], values.get("share", 0))
+                   values["guest"], values.get("share", 0), values["prefetch_l1"])
 
 
 # ---- profiles: a core's share of L3 measured (python -m fastnorm --tune)
@@ -278,7 +315,7 @@ def profile_path(environ=None):
 def fingerprint(m):
     """What a profile was measured on: the processor and what was detected."""
     return {"cpu": cpu_name(), "l1d": m.l1d, "l2": m.l2, "l3": m.l3, "cores": m.cores,
-            "guest": m.guest}
+            "guest": m.guest, "prefetch_l1": m.prefetch_l1}
 
 
 def read_profile(m, path):
@@ -298,7 +335,7 @@ def read_profile(m, path):
     if data.get("machine") != fingerprint(m):
         return m, f"ignored: {path} was measured on another machine ({data.get('machine')})"
     m = Machine(m.l1d, m.l2, m.l3, m.cores, f"{m.source}; share: profile", m.guest,
-                data["share"])
+                data["share"], m.prefetch_l1)
     return m, f"in use: {path}, measured {data.get('measured', '?')}"
 
 
@@ -347,6 +384,7 @@ class _Sizes:
         self.l2 = _line(m.l2, 64 * KIB)
         self.cores = m.cores
         self.share = l3_share(m)[0]
+        self.prefetch_l1 = m.prefetch_l1
 
 
 # Every machine-dependent tuning value, in src/tuning.h's fn_tuning order:
@@ -414,6 +452,13 @@ RULES = (
     # 4 KiB ways (x86 indexes L1d within a page).
     ("paged_grad_rows", "4 where L1d has 10 ways of 4 KiB, else 2",
      lambda c: 4 if c.l1d // (4 * KIB) >= 2 * 4 + 2 else 2),
+    # Column sweeps from memory over rows an L1 way apart (a multiple of
+    # 4 KiB) fetch only the next rows' heads (1) where a prefetch into L2
+    # fills L1 too: the next sweep's lines, all in the same L1 sets, would
+    # push out those the strips still read.  Elsewhere (0) they fetch the
+    # next sweep whole, as any other.
+    ("heads_apart", "1 where a prefetch into L2 fills L1 too, else 0",
+     lambda c: 1 if c.prefetch_l1 else 0),
 )
 RULE_TEXT = {name: text for name, text, _ in RULES}
 
@@ -466,8 +511,9 @@ def describe(machine=None):
     """One line of what was detected, as show_config prints it."""
     m = MACHINE if machine is None else machine
     kind = "a virtual machine" if m.guest else "not a virtual machine"
+    fill = "fill L1 too" if m.prefetch_l1 else "leave L1 alone"
     return (f"L1d {size_text(m.l1d)}, L2 {size_text(m.l2)} a core, L3 {size_text(m.l3)}; "
-            f"{m.cores} cores; {kind} ({m.source})")
+            f"{m.cores} cores; {kind}; prefetches into L2 {fill} ({m.source})")
 
 
 def describe_share(machine=None):

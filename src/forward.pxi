@@ -1756,11 +1756,12 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     # vectors cost their own sweeps.
     p.from_memory = (p.n_outer * p.n_rows * p.n_cols * <Py_ssize_t>sizeof(in_t)
                      > CACHED_BYTES)
-    # The L2 hint fills L1 too on some machines (AMD's before Zen 4), where
-    # fetching the next sweep pushes out lines the strips still read: from
-    # cache it gains nothing, and rows an L1 way apart share their sets, so
-    # those fetch the next rows' heads alone.
-    p.fetch_heads = p.from_memory and L.n_red == 1 and way_apart(L.red[0].stride[OP_X])
+    # From cache, fetching the next sweep gains nothing.  Where the L2 hint
+    # fills L1 too (HEADS_APART: AMD's cores before Zen 4) it pushes out
+    # lines the strips still read, and rows an L1 way apart share their
+    # sets: those fetch the next rows' heads alone.
+    p.fetch_heads = (p.from_memory and HEADS_APART and L.n_red == 1
+                     and way_apart(L.red[0].stride[OP_X]))
     p.state = NULL
     p.coef32 = NULL
     p.ok32 = NULL

@@ -51,11 +51,13 @@ images_inner_min = IMAGES_INNER_MIN
 # fn_tuning's fields by name, in the order of the struct (Cython turns the
 # struct into a dict and back).
 TUNING_FIELDS = tuple(<dict>fn_tuning)
+# Tuning values that are yes (1) or no (0); the others are positive.
+TUNING_FLAGS = ("heads_apart",)
 
 
 def set_tuning(dict values):
     """Set the values derived from the machine (fastnorm._machine.derive):
-    every field of TUNING_FIELDS, each a positive int.  Not thread-safe:
+    every field of TUNING_FIELDS, each a positive int (TUNING_FLAGS: 0 or 1).  Not thread-safe:
     called as the module is imported, and by tests between calls."""
     global fn_tuning
     cdef fn_tuning_t t
@@ -63,7 +65,10 @@ def set_tuning(dict values):
     if missing:
         raise ValueError(f"tuning values missing: {', '.join(missing)}")
     for k in TUNING_FIELDS:
-        if values[k] <= 0:
+        if k in TUNING_FLAGS:
+            if values[k] not in (0, 1):
+                raise ValueError(f"tuning value {k} is 0 or 1, not {values[k]}")
+        elif values[k] <= 0:
             raise ValueError(f"tuning value {k} must be positive, not {values[k]}")
     t = values
     fn_tuning = t

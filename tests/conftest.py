@@ -15,7 +15,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, settings
 
-TEST_MACHINE = "l1d=32K,l2=2M,l3=16M,cores=2"
+TEST_MACHINE = "l1d=32K,l2=2M,l3=16M,cores=2,prefetch_l1=1"
 os.environ["FASTNORM_CACHES"] = TEST_MACHINE
 
 import fastnorm  # noqa: E402  (after the machine is set)

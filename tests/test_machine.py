@@ -46,13 +46,15 @@ def test_override_takes_any_subset():
     assert _machine.parse_override("l2=2M, cores=16") == {"l2": 2 << 20, "cores": 16}
     assert _machine.parse_override("l1d=48K,l2=2M,l3=105M,cores=4") == {
         "l1d": 48 << 10, "l2": 2 << 20, "l3": 105 << 20, "cores": 4}
-    assert _machine.parse_override("guest=1,share=8M") == {"guest": True, "share": 8 << 20}
+    assert _machine.parse_override("guest=1,share=8M,prefetch_l1=0") == {
+        "guest": True, "share": 8 << 20, "prefetch_l1": False}
     assert _machine.parse_override("guest=0") == {"guest": False}
 
 
 @pytest.mark.parametrize("text, match", [("l4=8M", "not one of"), ("l2", "not one of"),
                                          ("l2=0", "must be positive"), ("cores=0", "must be positive"),
                                          ("l2=big", "not a size"), ("guest=yes", "guest is 0 or 1"),
+                                         ("prefetch_l1=2", "prefetch_l1 is 0 or 1"),
                                          ("share=0", "must be positive"), ("cores=2K", "not a whole number")])
 def test_a_wrong_override_names_what_is_wrong(text, match):
     with pytest.raises(ValueError, match=match):
@@ -67,18 +69,21 @@ def _no_source():
 
 def test_override_wins_then_sources_in_turn_then_fallbacks():
     sources = (("first", lambda: {"l1d": 48 << 10}), ("second", lambda: {"l1d": 1, "l2": 1 << 20}))
-    m = _machine.detect({"FASTNORM_CACHES": "cores=3"}, sources, guest=True)
-    assert (m.l1d, m.l2, m.l3, m.cores, m.guest) == (48 << 10, 1 << 20, _machine.FALLBACK["l3"],
-                                                      3, True)
-    assert m.source == "l1d: first; l2: second; l3: fallback; cores: FASTNORM_CACHES; guest: cpu flags"
+    m = _machine.detect({"FASTNORM_CACHES": "cores=3"}, sources, guest=True,
+                        model=("AuthenticAMD", 0x19, 1))
+    assert (m.l1d, m.l2, m.l3, m.cores, m.guest, m.prefetch_l1) == (
+        48 << 10, 1 << 20, _machine.FALLBACK["l3"], 3, True, True)
+    assert m.source == ("l1d: first; l2: second; l3: fallback; cores: FASTNORM_CACHES; "
+                        "guest: cpu flags; prefetch_l1: cpu model")
 
 
 def test_nothing_found_takes_every_fallback_and_the_processors():
-    m = _machine.detect({}, (("none", _no_source),), guest=False)
+    m = _machine.detect({}, (("none", _no_source),), guest=False, model=None)
     assert (m.l1d, m.l2, m.l3) == tuple(_machine.FALLBACK[k] for k in ("l1d", "l2", "l3"))
     assert m.cores == _machine._processors() >= 1
     assert (m.guest, m.share) == (False, 0)
-    assert m.source == "l1d, l2, l3: fallback; cores: affinity; guest: cpu flags"
+    assert m.source == ("l1d, l2, l3: fallback; cores: affinity; guest: cpu flags; "
+                        "prefetch_l1: cpu model")
 
 
 def test_a_guest_is_told_by_the_hypervisor_flag(tmp_path):
@@ -93,6 +98,37 @@ def test_a_guest_is_told_by_the_hypervisor_flag(tmp_path):
     assert _machine.cpu_name(str(tmp_path / "host")) == "A CPU"
     m = _machine.detect({"FASTNORM_CACHES": "guest=1"}, (("none", _no_source),), guest=False)
     assert m.guest and "guest: FASTNORM_CACHES" in m.source
+
+
+@pytest.mark.parametrize("model, fills", [
+    (("AuthenticAMD", 0x17, 0x31), True),     # Zen 2 (Rome)
+    (("AuthenticAMD", 0x19, 0x01), True),     # Zen 3 (Milan), the EPYC met
+    (("AuthenticAMD", 0x19, 0x21), True),     # Zen 3 (Vermeer)
+    (("AuthenticAMD", 0x19, 0x11), False),    # Zen 4 (Genoa)
+    (("AuthenticAMD", 0x19, 0x61), False),    # Zen 4 (Raphael)
+    (("AuthenticAMD", 0x1A, 0x02), False),    # Zen 5
+    (("GenuineIntel", 6, 207), False),        # Emerald Rapids
+    (("GenuineIntel", 6, 167), False),
+    (None, False),                            # not known: as most machines
+])
+def test_prefetches_fill_l1_on_amds_cores_before_zen_4(model, fills):
+    assert _machine.prefetch_fills_l1(model) is fills
+    m = _machine.detect({}, (("none", _no_source),), guest=False, model=model)
+    assert m.prefetch_l1 is fills
+    assert _machine.derive(m)["heads_apart"] == int(fills)
+
+
+def test_the_cpu_model_is_read_from_proc_cpuinfo(tmp_path):
+    (tmp_path / "amd").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+                                  "cpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
+                                  "\nprocessor\t: 1\nvendor_id\t: Other\n")
+    (tmp_path / "arm").write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")
+    assert _machine.cpu_model(str(tmp_path / "amd")) == ("AuthenticAMD", 25, 1)
+    assert _machine.cpu_model(str(tmp_path / "arm")) is None
+    assert _machine.cpu_model(str(tmp_path / "missing")) is None
+    m = _machine.detect({"FASTNORM_CACHES": "prefetch_l1=1"}, (("none", _no_source),),
+                        guest=False, model=None)
+    assert m.prefetch_l1 and "prefetch_l1: FASTNORM_CACHES" in m.source
 
 
 def test_a_source_that_fails_is_passed_over():
@@ -293,7 +329,8 @@ def test_tune_is_refused_where_no_profile_would_be_read(monkeypatch, capsys):
 def test_every_value_is_a_positive_int_the_kernels_accept(m):
     values = _machine.derive(m)
     assert list(values) == list(_simd.kernels.TUNING_FIELDS)
-    assert all(type(v) is int and v > 0 for v in values.values()), values
+    assert all(type(v) is int and (v in (0, 1) if k in _simd.kernels.TUNING_FLAGS else v > 0)
+               for k, v in values.items()), values
     with _machine.use(m):
         assert _simd.kernels.tuning() == values
 
@@ -393,6 +430,8 @@ def test_the_kernels_refuse_a_tuning_that_is_not_whole():
         _simd.kernels.set_tuning({k: v for k, v in values.items() if k != "sweep_bytes"})
     with pytest.raises(ValueError, match="out_chunk must be positive"):
         _simd.kernels.set_tuning(dict(values, out_chunk=0))
+    with pytest.raises(ValueError, match="heads_apart is 0 or 1"):
+        _simd.kernels.set_tuning(dict(values, heads_apart=2))
     assert _simd.kernels.tuning() == _machine.TUNING    # unchanged by the refusals
 
 
