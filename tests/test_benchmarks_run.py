@@ -16,8 +16,14 @@ import pytest
 import fastnorm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The repository root on sys.path only while the package imports: it holds
+# the source folder fastnorm/, without compiled kernels, which processes
+# started later (Dask's workers, spawned with this sys.path) would import.
 sys.path.insert(0, ROOT)
-from benchmarks import _cases, bench_calls, bench_fastnorm  # noqa: E402
+try:
+    from benchmarks import _cases, bench_calls, bench_fastnorm
+finally:
+    sys.path.remove(ROOT)
 
 MEASURED = ("time_", "peakmem_", "track_", "mem_")
 
