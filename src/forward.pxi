@@ -337,7 +337,7 @@ cdef Moments short_runs_moments(const SlicePlan* p, const Odometer* s, double pi
                     odo_next(&r_next, L.red, L.n_red - 1)
             else:
                 rows[l] = rows[0]        # a stand-in, its results unused
-        rows_moments(rows, lanes, p.run_len, piv, mean, m2, ki)
+        rows_moments(rows, lanes, p.run_len, piv, mean, m2, NULL, ki)
         for l in range(lanes):
             merge_run(&acc, rows[l], p.run_len, mean[l], m2[l], pivot, ki)
         ri = ri + lanes
@@ -738,12 +738,12 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
             else:
                 rows[l] = rows[0]        # a stand-in, its results unused
                 piv[l] = piv[0]
-        if p.rows_end != NULL:
+        if p.rows_end != NULL and (in_t is double or n <= SIDE_ROW_VECTORS * FN_W):
             # the rows STATS_AHEAD bytes on (those that follow in memory
-            # are read next)
+            # are read next); long float16/float32 rows fetch as they go
             fetch_ahead_of(rows[0], lanes * n * <Py_ssize_t>sizeof(in_t), p.rows_end)
         if p.mode != MODE_GIVEN:
-            rows_moments(rows, lanes, n, piv, &all_mean[i], &all_m2[i], ki)
+            rows_moments(rows, lanes, n, piv, &all_mean[i], &all_m2[i], p.rows_end, ki)
         i = i + lanes
     # The scales, all of them before any coefficients: a vector's
     # division, square root and division then overlap with the next
@@ -995,7 +995,7 @@ cdef void image_block_stats(const SlicePlan* p, Py_ssize_t blk, Py_ssize_t per_b
                     rows[l] = x + (si + min(l, lanes - 1)) * row_bytes
                     piv[l] = pivots[si + min(l, lanes - 1)]
                 fetch_ahead_of(rows[0], lanes * row_bytes, x + L.n_slices * row_bytes)
-                rows_moments(rows, lanes, n, piv, mean, m2, ki)
+                rows_moments(rows, lanes, n, piv, mean, m2, NULL, ki)
                 for l in range(lanes):
                     merge_run(&acc[si + l], rows[l], n, mean[l], m2[l], piv[l], ki)
                 si = si + lanes

@@ -302,18 +302,25 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
 
 
 cdef inline void run_deviations(const char* x, Py_ssize_t body, fn_vd piv, fn_vd mu,
-                                fn_vd* a, fn_vd* q, in_t* kind) noexcept nogil:
+                                fn_vd* a, fn_vd* q, const char* ahead_end,
+                                in_t* kind) noexcept nogil:
     """rows_moments' second look along one long run: the sums of
     d = (x - pivot) - mean and of d * d over its first `body` values (a
     multiple of FN_W, more than ROW_ACCS * FN_W), into ROW_ACCS vectors
     each and then into a and q in order.  Rows side by side load a line of
     each of FN_W rows a few vectors at a time; a long row reads its own
-    lines in order, which the hardware prefetchers follow better."""
+    lines in order, which the hardware prefetchers follow better, and each
+    step fetches what lies STATS_AHEAD bytes on, up to ahead_end (NULL:
+    nothing)."""
     cdef fn_vd a4[ROW_ACCS]
     cdef fn_vd q4[ROW_ACCS]
     cdef fn_vd d, one = fn_one_for_fma()
-    cdef Py_ssize_t w = sizeof(in_t), j
+    cdef Py_ssize_t w = sizeof(in_t), j, step = ROW_ACCS * FN_W * sizeof(in_t)
+    cdef Py_ssize_t fetching = ahead_steps(x, w, body // (ROW_ACCS * FN_W), step, ahead_end,
+                                           kind)
     cdef int v
+    if fetching > 0:
+        fetch_lines(x + STATS_AHEAD, step)
     # From the first vectors on (0 + d): zeroing them first costs a string store.
     for v in range(ROW_ACCS):
         d = fn_sub(shifted(vload(x + v * FN_W * w, w, kind), piv, kind), mu)
@@ -321,6 +328,8 @@ cdef inline void run_deviations(const char* x, Py_ssize_t body, fn_vd piv, fn_vd
         q4[v] = fn_fma(d, d, fn_zero())
     j = ROW_ACCS * FN_W
     while j + ROW_ACCS * FN_W <= body:
+        if j < fetching * ROW_ACCS * FN_W:
+            fetch_lines(x + j * w + STATS_AHEAD, step)
         for v in range(ROW_ACCS):
             d = fn_sub(shifted(vload(x + (j + v * FN_W) * w, w, kind), piv, kind), mu)
             a4[v] = fn_fma(d, one, a4[v])
@@ -340,11 +349,12 @@ cdef inline void run_deviations(const char* x, Py_ssize_t body, fn_vd piv, fn_vd
 
 cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
                               const double* pivot, double* mean, double* m2,
-                              in_t* kind) noexcept nogil:
+                              const char* ahead_end, in_t* kind) noexcept nogil:
     """Moments of FN_W short contiguous runs at once: rows[l], n values of
     x - pivot[l] each, into mean[l] and m2[l], for the first `lanes` of
     them; the others are stand-ins (rows[0] again, read but not kept:
-    given lane 0's results).
+    given lane 0's results).  Long runs fetch ahead up to ahead_end
+    (run_deviations).
 
     A run this short stays in L1 between two looks at it: its mean first,
     then the squared deviations from it, corrected by their sum (the
@@ -403,7 +413,7 @@ cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
         mu[l] = fn_set1(mean[l])
     if body > SIDE_ROW_VECTORS * FN_W:
         for l in range(FN_W):
-            run_deviations(rows[l], body, piv[l], mu[l], &acc[l], &sq[l], kind)
+            run_deviations(rows[l], body, piv[l], mu[l], &acc[l], &sq[l], ahead_end, kind)
     else:
         for l in range(FN_W):
             if body == 0:

@@ -694,9 +694,13 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     stat_bytes = L.slice_len * isz if R.flat else row_bytes
     cached_bytes = CACHED_BYTES_F64 if xt == 2 else CACHED_BYTES
     cached_row = CACHED_ROW_BYTES_F64 if xt == 2 else CACHED_ROW_BYTES
-    # x and y, all the call reads and writes, fit the caches: rows grouped
-    if (n_runs == 1 or R.flat) and L.n_slices * stat_bytes + y_bytes <= cached_bytes:
-        R.in_cache = True
+    # x and y, all the call reads and writes, fit the caches: rows grouped.
+    # So are float16/float32 rows whose statistics are all the call does,
+    # read from memory: each row one stream fetched ahead step by step
+    # (run_deviations), the lanes of FN_W rows summed together, where row by
+    # row each row's sums and finish held up the reads.
+    R.in_cache = (n_runs == 1 or R.flat) and L.n_slices * stat_bytes + y_bytes <= cached_bytes
+    if R.in_cache or (not has_y and xt != 2 and n_runs == 1 and contiguous):
         R.row_max = cached_row
         # whole groups of FN_W rows (a group of fewer costs as much)
         R.batch = min(<Py_ssize_t>SHORT_BATCH,

@@ -3,7 +3,10 @@ which is reduced.  Its schedules, as fastnorm.explain names them:
 
 rows    single contiguous runs of 8 values up to 1 KiB (short rows), or
         while x is in cache (4 MiB; float64 1 MiB) up to 16 KiB (float64 4
-        KiB; cached rows), statistics a batch of rows at a time, one vector
+        KiB; cached rows), as are float16/float32 rows of up to 16 KiB
+        whose statistics are all the call computes, wherever they are
+        (read from memory, each row fetches ahead as it is read);
+        statistics a batch of rows at a time, one vector
         lane per row (float64 by the corrected two-pass formula, float16/
         float32 by sums shifted by each row's first value, in one look); rows
         that follow each other in x and y are normalized as one run
@@ -402,8 +405,10 @@ def test_cached_rows_on_both_sides_of_the_size_bound(dtype):
     _check_cached(x[:rows], gamma, beta, inside)
     _check_cached(x[:rows + 1], gamma, beta, outside)
     # Statistics alone write nothing the size of x: twice the rows fit.
+    # Beyond, float32 rows stay grouped (fetching ahead), float64 rows not.
     assert_route(dict(ROWS, in_cache=True), fastnorm.mean_var, x[:2 * rows], axis=1)
-    assert_route(dict(WHOLE, in_cache=False), fastnorm.mean_var, x, axis=1)
+    beyond = ROWS if dtype == np.float32 else WHOLE
+    assert_route(dict(beyond, in_cache=False), fastnorm.mean_var, x, axis=1)
     for part in (x[:2 * rows], x):
         mean, var = fastnorm.mean_var(part, axis=1, dtype=np.float64)
         rmean, rvar, _ = ref_mean_var(part, (1,))
@@ -672,6 +677,34 @@ def test_short_rows_out_of_cache_fetch_ahead_of_each_group(dtype, n):
     assert_close(rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "rms_norm")
     ref_mean, ref_var, _ = ref_mean_var(x, (1,))
     assert_close(var, ref_var, 4 * tol(dtype) * ref_var + 1e-30, "var")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("n", [129, 1000, 2048 + 3, "longest", "longer"])
+def test_statistics_alone_of_rows_from_memory_go_grouped(dtype, n):
+    # float16/float32 rows whose statistics are all a call computes go
+    # grouped out of cache too, each row fetching ahead as it is read, up to
+    # the cached row length; longer rows go whole.  x just over the cached
+    # bound (with no y, twice its rows would fit), ending at the last
+    # readable byte; an odd count leaves a partial group.
+    itemsize = np.dtype(dtype).itemsize
+    total, row = CACHED[itemsize]
+    n = {"longest": row // itemsize, "longer": row // itemsize + 1}.get(n, n)
+    x = at_the_end_of_memory(data((total // (n * itemsize) + 37, n), dtype, seed=n))
+    assert_route(dict(ROWS if n * itemsize <= row else WHOLE, in_cache=False),
+                 fastnorm.mean_var, x, axis=-1)
+    results = []
+    for threads in (1, 2):
+        fastnorm.set_num_threads(threads)
+        try:
+            results.append(fastnorm.mean_var(x, axis=-1, keepdims=True, dtype=np.float64))
+        finally:
+            fastnorm.set_num_threads(None)
+    (mean, var), (mean2, var2) = results
+    assert np.array_equal(mean, mean2) and np.array_equal(var, var2)
+    ref_mean, ref_var, _ = ref_mean_var(x, (1,))
+    assert_close(mean, ref_mean, 1e-12 * (1 + np.abs(ref_mean)), "mean")
+    assert_close(var, ref_var, 1e-9 * ref_var, "var")
 
 
 # --------------------------------------------------------------------------
