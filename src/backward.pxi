@@ -325,13 +325,15 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
 cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
                            double* pg, double* pb, Py_ssize_t n,
                            const double* m, const double* r, Sums* acc, const int nr,
+                           const char** xa, const char** da, bint fetch,
                            in_t* ki) noexcept nogil:
     """Pass 1 over nr (at most GRAD_ROWS, a constant where called)
     contiguous runs that share gamma and the partial buffers: A and B of
     each into acc[k], and one read-modify-write of the buffers per vector
     for all of them.  The buffers receive the runs in order, so the sums are
-    those of nr calls of run_sums.  The next rows are fetched by pass 2
-    alone: fetching them here too cost time in and out of cache."""
+    those of nr calls of run_sums.  With `fetch`, the next nr rows of x
+    and dy (xa, da) are fetched into L2 a line per line read, as pass 2
+    fetches them again while it writes."""
     cdef fn_vd vm[GRAD_ROWS]
     cdef fn_vd vr[GRAD_ROWS]
     cdef fn_vd vmr[GRAD_ROWS]
@@ -356,6 +358,10 @@ cdef inline void rows_sums(const char** xp, const char** dyp, const double* gp,
         ta[k] = 0.0
         tb[k] = 0.0
     while i + FN_W <= n:
+        if fetch and i % (64 // sizeof(in_t)) < FN_W:  # once a line
+            for k in range(nr):
+                fn_prefetch_l2(xa[k] + i * sizeof(in_t))
+                fn_prefetch_l2(da[k] + i * sizeof(in_t))
         G = fn_load_f64(gp + i)
         PG = fn_load_f64(pg + i)
         PB = fn_load_f64(pb + i)
@@ -408,6 +414,11 @@ cdef inline void grad_rows(const Grad* g, Py_ssize_t si, double* part, const int
     cdef int k
     cdef const char* xa[GRAD_ROWS]
     cdef const char* da[GRAD_ROWS]
+    # Pass 1 fetches the next rows too (float16/float32, out of cache), but
+    # not where a fetch into L2 fills L1 as well (HEADS_APART: on the Zen 3
+    # it cost more than it saved, in cache and out of it).
+    cdef bint fetch = (in_t is not double and not g.R.in_cache and not HEADS_APART
+                       and si + 2 * nr <= L.n_slices)
     odo_init(&s, L.kept, L.n_kept, si)
     for k in range(nr):
         xp[k] = L.base[OP_X] + s.off[OP_X]
@@ -431,7 +442,8 @@ cdef inline void grad_rows(const Grad* g, Py_ssize_t si, double* part, const int
             odo_next(&s, L.kept, L.n_kept)
     else:
         rows_sums(xp, dyp, <const double*>g.gamma, <double*>(<char*>part + g.gshift),
-                  <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, nr, ki)
+                  <double*>(<char*>(part + g.pstride) + g.gshift), n, m, rs, acc, nr,
+                  xa, da, fetch, ki)
     if g.phase == PHASE_SUMS:
         odo_init(&s, L.kept, L.n_kept, si)
         for k in range(nr):

@@ -761,6 +761,8 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
     cdef Py_ssize_t isz = code_size(xt)
     route_init(R, L, nthreads, fresh, dx_bytes)
     R.stream = stream_output(L, dx_bytes, STREAM_MIN_BYTES, fresh)
+    # x, dy and dx, all the call reads and writes, fit the caches
+    R.in_cache = 2 * x_bytes + dx_bytes <= (CACHED_BYTES_F64 if xt == 2 else CACHED_BYTES)
     R.fault_in = R.stream and fresh and R.threads > 1 and dx_contiguous
     if L.columns:
         R.pattern = COLUMNS

@@ -128,6 +128,8 @@ CASES = {
     "group_norm NCHW": lambda: _group_norm((64, 64, 56, 56), F32),
     "layer_norm_backward rows": lambda: _backward("layer_norm_backward", (8192, 1024), F32, -1),
     "rms_norm_backward rows": lambda: _backward("rms_norm_backward", (8192, 1024), F32, -1),
+    "layer_norm_backward rows 1 MiB": lambda: _backward("layer_norm_backward", (128, 1024),
+                                                        F32, -1),
     "layer_norm_backward axis 0": lambda: _backward("layer_norm_backward", (4096, 2048), F32,
                                                     0),
     "batch_norm_backward (N, C)": lambda: _backward("batch_norm_backward", (65536, 512), F32,
@@ -194,6 +196,10 @@ COMMON = {
     "group_norm NCHW": "slices turns streams",
     "layer_norm_backward rows": "slices rows streams",
     "rms_norm_backward rows": "slices rows streams",
+    # in cache, pass 1 fetches no rows ahead; beyond, it does where a
+    # fetch into L2 leaves L1 alone (measured on xeon-480-2; on epyc-zen3-2
+    # not: heads_apart)
+    "layer_norm_backward rows 1 MiB": "slices rows in cache",
     "layer_norm_backward axis 0": "columns tiles streams",
     "batch_norm_backward (N, C)": "columns tiles streams",
     "batch_norm_backward NCHW": "slices whole streams",

@@ -357,6 +357,32 @@ def test_columns_backward_sweeps(dtype, case, simd_level):
                  f"dbeta {case}")
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_gradient_rows_in_cache_up_to_the_cached_bound(dtype):
+    # x, dy and dx, all the call reads and writes, within the cached bound:
+    # in cache (float32 rows then fetch nothing ahead); one row more: not.
+    # Both right.
+    t = _simd.kernels.tuning()
+    bound = t["cached_bytes_f64"] if dtype == F64 else t["cached_bytes"]
+    n = 1000
+    rows = bound // (3 * n * np.dtype(dtype).itemsize)
+    rng = np.random.default_rng(5)
+    gamma = rng.uniform(0.5, 2.0, n)
+    for count, inside in ((rows, True), (rows + 1, False)):
+        x = (0.5 + rng.standard_normal((count, n))).astype(dtype)
+        dy = rng.standard_normal((count, n)).astype(dtype)
+        _, m, r = fastnorm.layer_norm(x, gamma, return_stats=True)
+        assert_route({"pattern": "slices", "schedule": "rows", "in_cache": inside},
+                     fastnorm.layer_norm_backward, dy, x, m, r, gamma)
+        dx, dg, db = fastnorm.layer_norm_backward(dy, x, m, r, gamma)
+        ref = ref_norm_grads(dy, x, (1,), (1,), expand_param(gamma, x.shape, (1,)))
+        tol = 1e-12 if dtype == F64 else 1e-5
+        assert_close(dx, ref["dx"], tol * ref["dx_scale"] + tiny(dtype), "dx")
+        assert_close(dg, ref["dgamma"].reshape(n), tol * ref["dgamma_scale"].reshape(n),
+                     "dgamma")
+        assert_close(db, ref["dbeta"].reshape(n), tol * ref["dbeta_scale"].reshape(n), "dbeta")
+
+
 # --------------------------------------------------------------------------
 # outputs larger than the caches: streamed
 
