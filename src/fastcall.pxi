@@ -247,6 +247,7 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
     return_stats (and no out=) y and the statistics, (y, mean, rstd) or
     (y, rstd) as the general path gives them; or None (the contract
     above)."""
+    fn_clean_upper()
     cdef cnp.ndarray xa, y, s0 = None, s1 = None
     cdef cnp.npy_intp dims[MAX_DIMS]
     cdef int ndim, threads, t, a
@@ -334,6 +335,7 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     conversion to x's dtype follow here, in the order and rounding of the
     general path (NumPy's divide and astype; float16 through NumPy's cast,
     which rounds once)."""
+    fn_clean_upper()
     cdef cnp.ndarray xa, mean, m2, mean_out, var_out
     cdef cnp.npy_intp dims[MAX_DIMS]
     cdef cnp.npy_intp kept[MAX_DIMS]
@@ -455,6 +457,7 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     out) with dtype None, training (with more than one value a channel and
     a finite float momentum) or eval: y, or with return_stats (and no out=)
     (y, mean, rstd) as the general path gives them; or None."""
+    fn_clean_upper()
     cdef cnp.ndarray xa, y, s0, s1, s2 = None, rm, rv
     cdef cnp.npy_intp dims[MAX_DIMS]
     cdef int ndim, i, threads, t
@@ -626,6 +629,7 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
     input; the parameter gradients writable and of their exact shape and
     dtype).  batch: batch_norm_backward's (mode center in training, scale
     in eval; n_out 3): gamma of the kept shape, axis None every axis but 1."""
+    fn_clean_upper()
     cdef cnp.ndarray xa, dya, g, m, r
     cdef cnp.npy_intp keep[MAX_DIMS]      # the statistics' keepdims shape
     cdef cnp.npy_intp kept[MAX_DIMS]      # ...without the normalized axes
@@ -806,6 +810,7 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     kernel call is the general path's: x seen with its channel axis split
     into (groups, channels per group), statistics over every axis of that
     view but 0 and the groups'."""
+    fn_clean_upper()
     cdef cnp.ndarray xa, y, s0 = None, s1 = None
     cdef cnp.npy_intp vdims[MAX_DIMS]
     cdef cnp.npy_intp kdims[MAX_DIMS]     # the view's statistics
@@ -863,6 +868,7 @@ def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis,
     of the forward's shape, gamma None or a float ndarray of shape (C,), out
     None or a tuple of 3 as fast_norm_backward takes it.  The kernel call is
     the general path's, on the forward's view of x (fast_group_norm)."""
+    fn_clean_upper()
     cdef cnp.ndarray xa, dya, m, r, g
     cdef cnp.npy_intp vdims[MAX_DIMS]
     cdef cnp.npy_intp sdims[MAX_DIMS]     # the statistics as returned

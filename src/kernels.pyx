@@ -177,6 +177,7 @@ def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, 
     for the variance (mode 'center') or None; reduced a tuple of bools, one
     per axis of x; fresh: y was just allocated (its pages not yet touched).
     Nothing is copied."""
+    fn_clean_upper()
     run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh)
 
 
@@ -192,6 +193,7 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
                     int nthreads, bint fresh=False):
     """The route forward() would take with these arguments, as a dict;
     nothing is run."""
+    fn_clean_upper()
     cdef Layout L
     cdef Route R
     cdef dict route
@@ -215,6 +217,7 @@ def masked_forward(cnp.ndarray x, cnp.ndarray where, y, gamma, beta, s0, s1, s2,
     1, and count: a float64 statistics array for each slice's number of
     selected values).  y is written at the selected positions alone.
     explain: return the route as a dict instead of running it."""
+    fn_clean_upper()
     cdef Layout L
     cdef Route R
     cdef int rc, in_code = type_code(x), out_code = in_code
@@ -255,6 +258,7 @@ def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,
     float64 in the statistics' layout: with dx None they receive each
     slice's sums over this part of it (pass 1 alone); with dx, dx comes from
     them (pass 2 alone).  explain: the route as a dict, nothing run."""
+    fn_clean_upper()
     cdef Layout L
     cdef Route R
     cdef MaskedGrad G
@@ -391,6 +395,7 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
     sums over all its values (backward_sums, added up over the parts of a
     slice) in the statistics' layout, and n its number of values: dx
     alone, from them (dgamma and dbeta come back zero)."""
+    fn_clean_upper()
     if sums is None:
         run_backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode, nthreads,
                      fresh, PHASE_BOTH, None, None, 0.0)
@@ -406,6 +411,7 @@ def backward_sums(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray gamma, cnp.ndarray 
     and B = sum(dy gamma xhat) into sum_a and sum_b (C-contiguous float64 in
     the statistics' layout), and the parameter sums into dgamma and dbeta,
     over the values of x (a part of each slice, for the Dask path)."""
+    fn_clean_upper()
     run_backward(dy, x, None, gamma, mean, rstd, dgamma, dbeta, reduced, mode, nthreads,
                  False, PHASE_SUMS, sum_a, sum_b, 0.0)
 
@@ -415,6 +421,7 @@ def explain_backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray 
                      cnp.ndarray dbeta, tuple reduced, int mode, int nthreads,
                      bint fresh=False):
     """The route backward() would take, as a dict; nothing is run."""
+    fn_clean_upper()
     cdef Layout L
     cdef Route R
     cdef Grad g
@@ -429,6 +436,7 @@ def merge_moments(cnp.ndarray n_a, cnp.ndarray mean_a, m2_a, cnp.ndarray n_b,
     by slice, in place (chan; an empty part is skipped): counts, means and
     M2 as C-contiguous float64 arrays of one size (m2_a and m2_b both None
     for means alone, such as means of squares)."""
+    fn_clean_upper()
     cdef Py_ssize_t i, size = cnp.PyArray_SIZE(n_a)
     cdef double* na
     cdef double* ma

@@ -54,6 +54,7 @@ cpdef bint update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean,
     native float64 arrays of as many values; else False, with nothing
     written (eight NumPy operations on a few hundred values cost more than
     a small call's kernel)."""
+    fn_clean_upper()
     cdef Py_ssize_t n = cnp.PyArray_SIZE(rm)
     cdef int t = cnp.PyArray_TYPE(rm)
     cdef const double* m = <const double*>cnp.PyArray_DATA(mean)
@@ -82,6 +83,7 @@ def row_f64(cnp.ndarray p, int ndim):
     """p, an aligned 1-d float16/float32 array of native byte order, as
     param_f64 gives it for the last axis of an ndim-dimensional x: a new
     float64 array of shape (1, ..., 1, p.size)."""
+    fn_clean_upper()
     cdef cnp.npy_intp dims[MAX_DIMS]
     cdef int a
     if p.ndim != 1 or type_code(p) == 2 or not 1 <= ndim <= MAX_DIMS:
@@ -180,6 +182,7 @@ def as_float64(cnp.ndarray a):
     astype gets fresh pages from the C library for each, and their faults
     cost more than the conversion.  Contiguous floats are widened here: a
     small call would pay more for NumPy's cast set-up than for the values."""
+    fn_clean_upper()
     cdef cnp.ndarray out = empty_f64(a.ndim, cnp.PyArray_DIMS(a))
     cdef int t = cnp.PyArray_TYPE(a)
     cdef const char* p = <const char*>cnp.PyArray_DATA(a)

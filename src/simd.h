@@ -329,6 +329,16 @@ static inline void fn_stream_f16(fn_half *p, fn_vd v) { fn_store_f16(p, v); }
 static inline void fn_sfence(void) {}
 #endif
 
+/* The upper halves of the vector registers cleared, at every entry point:
+ * NumPy's and Python's code, compiled for SSE, pays for each instruction
+ * while they are dirty, and the compiler left them so (docs/design.md). */
+static inline void fn_clean_upper(void)
+{
+#if defined(__AVX__)
+    _mm256_zeroupper();
+#endif
+}
+
 static inline fn_vd fn_zero(void) { return fn_set1(0.0); }
 
 /* fn_sum_rounded lane by lane: one volatile store and load a vector. */

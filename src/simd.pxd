@@ -42,6 +42,7 @@ cdef extern from "simd.h" nogil:
     void fn_stream_f32(float* p, fn_vd v)
     void fn_stream_f64(double* p, fn_vd v)
     void fn_sfence()
+    void fn_clean_upper()
     double fn_sum_rounded(double a, double b)
     fn_vd fn_vsum_rounded(fn_vd a, fn_vd b)
     double fn_half_to_double(half_t h)
