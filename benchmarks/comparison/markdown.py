@@ -18,7 +18,8 @@ import numpy as np
 import fastnorm
 from . import machine
 from .measure import THREADS
-from .report import _met, floor_lines, looks_of, summary_lines
+from .cases import AHEAD
+from .report import _met, floor_lines, looks_of, summary_lines, target_text
 
 SHORT = {"torch": "torch", "onnxruntime": "ORT", "jax": "JAX", "numba": "numba"}
 
@@ -114,20 +115,21 @@ def _failed(r, width):
 
 
 def streaming_table(rows, rivals):
-    head = ["case", "shape", "dtype", "fastnorm 1t /copy", "fastnorm 2t /copy", "target", "met",
-            "floor 1t/2t", "NumPy ms"] + [f"{SHORT.get(n, n)} ms 1t/2t" for n in rivals]
+    head = ["case", "shape", "dtype", "fastnorm 1t /copy", "fastnorm 2t /copy", "target 1t/2t",
+            "met", "floor 1t/2t", "NumPy ms"] + [f"{SHORT.get(n, n)} ms 1t/2t" for n in rivals] + [
+            "lead 1t/2t"]
     body = []
     for r in rows:
         if "error" in r:
             body.append(_failed(r, len(head)))
             continue
-        target = f"{r['target']:.2f}" + (" or floor" if r.get("or_floor") else "")
         floor = "-" if "looks" not in r or looks_of(r).extra_reads == 0 else _pair(
             r.get("floor"), ".2f")
         body.append(_lead(r) + [
-            _num(_at(r["ratio"], 1), ".2f"), _num(_at(r["ratio"], 2), ".2f"), target,
+            _num(_at(r["ratio"], 1), ".2f"), _num(_at(r["ratio"], 2), ".2f"), target_text(r),
             _met(r["met"]), floor, _num(r.get("numpy_ms"), ".2f")]
-            + [_pair(r.get("rivals", {}).get(n, {}).get("ms"), ".2f") for n in rivals])
+            + [_pair(r.get("rivals", {}).get(n, {}).get("ms"), ".2f") for n in rivals]
+            + [_pair(r.get("lead"), ".2f")])
     return _table(head, body)
 
 
@@ -138,8 +140,8 @@ def _rival_us(r, name, threads):
 
 
 def small_call_table(rows, rivals):
-    head = ["case", "shape", "dtype", "fastnorm µs", "target µs", "met", "NumPy µs"] + [
-        f"{SHORT.get(n, n)} µs" for n in rivals]
+    head = ["case", "shape", "dtype", "fastnorm µs", "copy µs", "/copy", "target", "met",
+            "NumPy µs"] + [f"{SHORT.get(n, n)} µs" for n in rivals] + ["lead"]
     body = []
     for r in rows:
         if "error" in r:
@@ -147,9 +149,11 @@ def small_call_table(rows, rivals):
             continue
         threads = r.get("threads")
         body.append(_lead(r) + [
-            f"{r['fastnorm_us']:.2f}", f"{1e6 * r['target']:.1f}", _met(r["met"]),
+            f"{r['fastnorm_us']:.2f}", f"{r['copy_us']:.2f}", _num(r.get("ratio"), ".2f"),
+            f"{r['target']:.2f}", _met(r["met"]),
             _num(None if r.get("numpy_ms") is None else 1e3 * r["numpy_ms"], ".1f")]
-            + [_num(_rival_us(r, n, threads), ".1f") for n in rivals])
+            + [_num(_rival_us(r, n, threads), ".1f") for n in rivals]
+            + [_num(_at(r.get("lead"), threads), ".2f")])
     return _table(head, body)
 
 
@@ -187,15 +191,19 @@ def document(rows, versions, missing=None, date=None, machine_line=None):
                 "cache) and W such arrays written, it is W copies and R - W reads: "
                 "`floor = W + (R - W) * read/copy`, read/copy the median ratio of the read "
                 "yardstick (x's bytes read once) to the copy, with as many threads, in this "
-                "run. A gradient meets its target at 1.6 or, where its passes do not allow "
-                "that, at its floor (met: /copy at most the larger of the two). Models:", ""]
+                "run. A row meets its target with as many threads or, where its passes do "
+                "not allow that, its floor (met: /copy at most the larger of the two). "
+                "lead: fastnorm's speed-up over the fastest other library (met at "
+                f"{AHEAD}). Models:", ""]
         out += [f"- {line}" for line in floor_lines(kinds["streaming"])]
     if kinds["small call"]:
         out += ["", "### Small calls", ""]
         out += small_call_table(kinds["small call"], rivals)
         out += ["", "One whole call each, allocating its output, microseconds (median); "
                 f"{THREADS[-1]} threads allowed, each library decides how many to use "
-                "(fastnorm runs calls this small on one)."]
+                "(fastnorm runs calls this small on one). copy: x copied into a new array "
+                "in the same process; /copy: fastnorm's time over it (median of the "
+                "per-repetition ratios), met at most the target."]
     if kinds["scaling"]:
         out += ["", "### In cache: 1 thread against 2", ""]
         out += scaling_table(kinds["scaling"])

@@ -1,5 +1,6 @@
 """The printed tables: one line per row (case x dtype) in each."""
 from . import peak_rss
+from .cases import AHEAD
 from .console import format_table
 from .floor import Looks
 from .measure import THREADS
@@ -52,14 +53,14 @@ def targets_table(rows):
         ("fastnorm 1t/2t", 14, lambda r: _pair(r["fastnorm_ms"], ".2f")),
         ("/copy 1t/2t", 11, lambda r: _pair(r["ratio"], ".2f")),
         ("floor 1t/2t", 11, lambda r: _pair(r.get("floor"), ".2f")),
-        ("target", 6, target_text),
+        ("target 1t/2t", 12, target_text),
         ("met", 6, lambda r: _met(r["met"])),
     ], rows)
 
 
 def target_text(r):
-    """The target, marked '*' where the floor may stand in for it."""
-    return f"{r['target']:.2f}" + ("*" if r.get("or_floor") else "")
+    """A STREAMING row's targets with 1 and 2 threads."""
+    return "/".join(f"{t:.2f}" for t in r["target"])
 
 
 def looks_of(r):
@@ -85,6 +86,10 @@ def _rival(name, field, fmt, keys=(1, 2)):
     return lambda r: _pair(r["rivals"].get(name, {}).get(field), fmt, keys)
 
 
+def _lead_met(r):
+    return _met(r["lead_met"]) if "lead_met" in r else "-"
+
+
 def libraries_table(rows, rivals):
     columns = [
         ("fastnorm 1t/2t", 14, lambda r: _pair(r["fastnorm_ms"], ".2f")),
@@ -94,6 +99,8 @@ def libraries_table(rows, rivals):
     for name in rivals:
         columns += [(f"{SHORT.get(name, name)} ms", 13, _rival(name, "ms", ".2f")),
                     ("x", 9, _rival(name, "speedup", ".1f"))]
+    columns += [("lead 1t/2t", 10, lambda r: _pair(r.get("lead"), ".2f")),
+                (f">={AHEAD}", 6, _lead_met)]
     return _table(columns, rows)
 
 
@@ -105,7 +112,9 @@ def small_call_table(rows, rivals):
 
     columns = [
         ("fastnorm us", 11, lambda r: f"{r['fastnorm_us']:.2f}"),
-        ("target", 6, lambda r: f"{1e6 * r['target']:.1f}"),
+        ("copy us", 7, lambda r: f"{r['copy_us']:.2f}"),
+        ("/copy", 5, lambda r: _num(r.get("ratio"), ".2f")),
+        ("target", 6, lambda r: f"{r['target']:.2f}"),
         ("met", 4, lambda r: _met(r["met"])),
         ("NumPy us", 8, lambda r: _num(None if r.get("numpy_ms") is None
                                        else 1e3 * r["numpy_ms"], ".1f")),
@@ -119,6 +128,8 @@ def small_call_table(rows, rivals):
              lambda r, e=entry: _num(at_default(e(r).get("ms"), r, 1e3), ".1f")),
             ("x", 5, lambda r, e=entry: _num(at_default(e(r).get("speedup"), r), ".1f")),
         ]
+    columns += [("lead", 5, lambda r: _num(at_default(r.get("lead"), r), ".2f")),
+                (f">={AHEAD}", 6, _lead_met)]
     return _table(columns, rows)
 
 
@@ -168,17 +179,25 @@ def summary_lines(rows):
     for r in unmet:
         lines.append(f"  not met: {r['kind']}: {r['case']} {_shape(r)} {r['dtype']}: "
                      + _unmet_detail(r))
+    led = [r for r in rows if "lead_met" in r]
+    behind = [r for r in led if not all(r["lead_met"].values())]
+    lines.append(f"ahead of the fastest other library by {AHEAD}x or more: "
+                 f"{len(led) - len(behind)} of {len(led)} rows")
+    for r in behind:
+        lines.append(f"  not ahead: {r['kind']}: {r['case']} {_shape(r)} {r['dtype']}: "
+                     f"lead {_pair(r['lead'], '.2f', sorted(r['lead']))} < {AHEAD}")
     return lines
 
 
 def _unmet_detail(r):
     if r["kind"] == "streaming":
-        bound = (f"{_pair(r['bound'], '.2f')} (the larger of {r['target']:.2f} and the floor)"
-                 if r.get("or_floor") else f"{r['target']:.2f}")
+        bound = (f"{_pair(r['bound'], '.2f')} (the larger of {target_text(r)} and the floor)"
+                 if r.get("or_floor") else target_text(r))
         return (f"/copy {_pair(r['ratio'], '.2f')} > {bound} "
                 f"(floor {_pair(r.get('floor'), '.2f')})")
     if r["kind"] == "small call":
-        return f"{r['fastnorm_us']:.2f} us > {1e6 * r['target']:.1f} us"
+        return (f"{r['fastnorm_us']:.2f} us = {r['ratio']:.2f} copies > {r['target']:.2f} "
+                f"(copy {r['copy_us']:.2f} us)")
     return f"1t/2t {r['speedup']:.2f} < {r['target']:.2f}"
 
 
@@ -211,11 +230,12 @@ def timing_sections(rows, names, missing):
                      "  W copies + (R - W) reads: floor = W + (R - W) * read/copy (median of "
                      "the per-repetition ratios, as many threads):",
                      *("    " + line for line in floor_lines(kinds["streaming"])),
-                     "  * gradients: met when /copy is at most the larger of the target and "
-                     "the floor (their passes may not allow the target)."]),
+                     "  met: /copy at most the larger of the target with as many threads and "
+                     "the floor (no loop doing the row's work moves fewer bytes)."]),
         _section("in cache: fastnorm with 1 thread against 2", scaling_table(kinds["scaling"])),
         _section(f"small calls (one whole call each, allocating its output; {THREADS[-1]} "
-                 "threads allowed, each library decides how many to use), microseconds",
+                 "threads allowed, each library decides how many to use), microseconds; "
+                 "copy = x copied into a new array, one thread",
                  small_call_table(kinds["small call"], names)),
         _section("fastnorm against NumPy and other libraries (ms 1t/2t; x = their time / "
                  "fastnorm's with as many threads)",
