@@ -69,8 +69,8 @@ GOAL = [
     ("STREAMING", "batch_norm eval, allocating", (64, 64, 56, 56), None, F),
     ("SMALL_CALLS", "layer_norm small call", (32, 768), -1, 2.0),
     ("SMALL_CALLS", "rms_norm small call", (32, 768), -1, 2.0),
-    ("SMALL_CALLS", "layer_norm small call", (1, 256), -1, 2.0),
-    ("SMALL_CALLS", "rms_norm small call", (1, 256), -1, 2.0),
+    ("SMALL_CALLS", "layer_norm small call", (1, 256), -1, None),
+    ("SMALL_CALLS", "rms_norm small call", (1, 256), -1, None),
     ("SMALL_CALLS", "batch_norm (N, C) small call", (32, 768), 0, 3.0),
     ("SMALL_CALLS", "mean_var rows small call", (32, 768), -1, 1.5),
 ] + [("SCALING", label, shape, axis, 1.8)
@@ -92,7 +92,8 @@ def test_every_goal_target_is_a_row(where, label, shape, axis, target):
     assert len(found) == 1, found
     case = found[0]
     assert case.axis == axis
-    assert case.target == pytest.approx(target, rel=1e-12)
+    assert (case.target is None if target is None
+            else case.target == pytest.approx(target, rel=1e-12))
     assert case.or_floor == (where == "STREAMING")
     if where != "STREAMING":
         assert case.dtypes == ("float32",)
@@ -258,11 +259,14 @@ def _fake_rows():
              skipped={"torch": "no code"}),
         {"kind": "streaming", "case": "mean_var columns", "shape": [8192, 1024],
          "dtype": "float64", "error": "ValueError: broken | here"},
-        {"kind": "small call", "case": "rms_norm small call", "shape": [1, 256],
+        {"kind": "small call", "case": "rms_norm small call", "shape": [32, 768],
          "dtype": "float32", "target": 2.0, "threads": 2, "fastnorm_us": 0.8,
          "copy_us": 0.5, "ratio": 1.6, "met": True,
          "numpy_ms": 0.01, "rivals": {"torch": {"ms": {2: 0.004}, "speedup": {2: 5.0}}},
          "lead": {2: 5.0}, "lead_met": {2: True}},
+        {"kind": "small call", "case": "layer_norm small call", "shape": [1, 256],
+         "dtype": "float32", "target": None, "threads": 2, "fastnorm_us": 1.2,
+         "copy_us": 0.3, "ratio": 4.0, "numpy_ms": 0.012, "rivals": {}},
         {"kind": "scaling", "case": "layer_norm axis 0", "shape": [8192, 1024],
          "dtype": "float32", "target": 1.8, "fastnorm_ms": {1: 4.0, 2: 2.0},
          "speedup": 2.0, "met": True},
@@ -302,7 +306,8 @@ def test_markdown_report_holds_the_header_and_every_row(tmp_path):
     assert set(cells) == {("layer_norm rows", "8192x1024", "float32"),
                           ("batch_norm bwd (N, C)", "65536x512", "float32"),
                           ("mean_var columns", "8192x1024", "float64"),
-                          ("rms_norm small call", "1x256", "float32"),
+                          ("rms_norm small call", "32x768", "float32"),
+                          ("layer_norm small call", "1x256", "float32"),
                           ("layer_norm axis 0", "8192x1024", "float32")}
     # streaming: 1t, 2t (/copy), targets, met, floor, NumPy ms, torch ms
     # 1t/2t, lead 1t/2t
@@ -313,8 +318,11 @@ def test_markdown_report_holds_the_header_and_every_row(tmp_path):
     assert "FAILED: ValueError: broken \\| here" in cells[
         "mean_var columns", "8192x1024", "float64"]
     # small call: us, copy us, /copy, target, met, NumPy us, torch us, lead
-    assert cells["rms_norm small call", "1x256", "float32"][3:] == [
+    assert cells["rms_norm small call", "32x768", "float32"][3:] == [
         "0.80", "0.50", "1.60", "2.00", "yes", "10.0", "4.0", "5.00"]
+    # a small call without a target: timed, not judged
+    assert cells["layer_norm small call", "1x256", "float32"][3:] == [
+        "1.20", "0.30", "4.00", "-", "-", "12.0", "-", "-"]
     # scaling: ms 1t/2t, speed-up, target, met
     assert cells["layer_norm axis 0", "8192x1024", "float32"][3:] == [
         "4.000/2.000", "2.00", "1.80", "yes"]

@@ -150,7 +150,7 @@ def small_call_table(rows, rivals):
         threads = r.get("threads")
         body.append(_lead(r) + [
             f"{r['fastnorm_us']:.2f}", f"{r['copy_us']:.2f}", _num(r.get("ratio"), ".2f"),
-            f"{r['target']:.2f}", _met(r["met"]),
+            _num(r["target"], ".2f"), _met(r["met"]) if "met" in r else "-",
             _num(None if r.get("numpy_ms") is None else 1e3 * r["numpy_ms"], ".1f")]
             + [_num(_rival_us(r, n, threads), ".1f") for n in rivals]
             + [_num(_at(r.get("lead"), threads), ".2f")])
@@ -201,8 +201,9 @@ def document(rows, versions, missing=None, date=None, machine_line=None):
         out += small_call_table(kinds["small call"], rivals)
         out += ["", "One whole call each, allocating its output, microseconds (median); "
                 f"{THREADS[-1]} threads allowed, each library decides how many to use "
-                "(fastnorm runs calls this small on one). copy: x copied into a new array "
-                "in the same process; /copy: fastnorm's time over it (median of the "
+                "(fastnorm runs calls this small on one). copy: x copied into an array "
+                "made beforehand, in the same process; /copy: fastnorm's time over it "
+                "(median of the "
                 "per-repetition ratios), met at most the target."]
     if kinds["scaling"]:
         out += ["", "### In cache: 1 thread against 2", ""]

@@ -161,15 +161,17 @@ def small_call_row(case, seed, rivals, budget):
     """The whole call (allocating its output) on an array that fits in L1,
     every library allowed the most threads of the run (small inputs are
     worth one; each library decides), in microseconds per call, against a
-    copy of x into a new array (one thread).  Met: /copy at most the
-    target."""
+    copy of x (one thread) into an array made beforehand, as ``python -m
+    fastnorm`` times it: making one costs a small call more than its bytes.
+    Met: /copy at most the target (none: not judged)."""
     inp = make_inputs(case, case.dtypes[0], seed)
     threads = THREADS[-1]
     fast = fastnorm_calls.build(inp, allocate=case.allocating)
     want = as_tuple(fast())
     row = dict(_base(case, inp.dtype, "small call"), skipped={}, rivals={},
                threads=threads)
-    timeds = [Timed(("copy", 1), allocating_copy(inp.x, 1)), _fastnorm_column(fast, threads)]
+    timeds = [Timed(("copy", 1), copy_into(copy_destination(inp.x), inp.x, 1)),
+              _fastnorm_column(fast, threads)]
     try:
         timeds += _numpy_column(inp, want, row, slow=False)
         timeds += _rival_columns(rivals, case, inp, want, (threads,), row)
@@ -181,7 +183,8 @@ def small_call_row(case, seed, rivals, budget):
     row["fastnorm_us"] = 1e6 * median_of(samples["fastnorm", threads])
     row["copy_us"] = 1e6 * median_of(samples["copy", 1])
     row["ratio"] = median_ratio(samples["fastnorm", threads], samples["copy", 1])
-    row["met"] = row["ratio"] <= case.target
+    if case.target is not None:
+        row["met"] = row["ratio"] <= case.target
     _summarize_rivals(row, samples, timeds, (threads,), lambda n: ("fastnorm", n))
     return row
 

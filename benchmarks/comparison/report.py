@@ -114,8 +114,8 @@ def small_call_table(rows, rivals):
         ("fastnorm us", 11, lambda r: f"{r['fastnorm_us']:.2f}"),
         ("copy us", 7, lambda r: f"{r['copy_us']:.2f}"),
         ("/copy", 5, lambda r: _num(r.get("ratio"), ".2f")),
-        ("target", 6, lambda r: f"{r['target']:.2f}"),
-        ("met", 4, lambda r: _met(r["met"])),
+        ("target", 6, lambda r: _num(r["target"], ".2f")),
+        ("met", 4, lambda r: _met(r["met"]) if "met" in r else "-"),
         ("NumPy us", 8, lambda r: _num(None if r.get("numpy_ms") is None
                                        else 1e3 * r["numpy_ms"], ".1f")),
         ("x", 5, lambda r: _num(at_default(r.get("numpy_speedup"), r), ".1f")),
@@ -235,7 +235,7 @@ def timing_sections(rows, names, missing):
         _section("in cache: fastnorm with 1 thread against 2", scaling_table(kinds["scaling"])),
         _section(f"small calls (one whole call each, allocating its output; {THREADS[-1]} "
                  "threads allowed, each library decides how many to use), microseconds; "
-                 "copy = x copied into a new array, one thread",
+                 "copy = x copied into an array made beforehand, one thread",
                  small_call_table(kinds["small call"], names)),
         _section("fastnorm against NumPy and other libraries (ms 1t/2t; x = their time / "
                  "fastnorm's with as many threads)",
