@@ -716,6 +716,9 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     # the strides, without the odometer's carries (which short rows pay
     # every few values).
     cdef bint one_axis = L.n_kept == 1
+    # Long float16/float32 rows are read one at a time (rows_moments' one
+    # look, run_deviations) and fetch ahead as they are read.
+    cdef bint fetch_as_read = in_t is not double and n - n % FN_W > SIDE_ROW_VECTORS * FN_W
     cdef Py_ssize_t sx = L.kept[0].stride[OP_X] if one_axis else 0
     cdef Py_ssize_t ss = L.kept[0].stride[OP_S] if one_axis else 0
     odo_init(&s, L.kept, L.n_kept, first)
@@ -738,12 +741,13 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
             else:
                 rows[l] = rows[0]        # a stand-in, its results unused
                 piv[l] = piv[0]
-        if p.rows_end != NULL and (in_t is double or n <= SIDE_ROW_VECTORS * FN_W):
+        if p.rows_end != NULL and not fetch_as_read:
             # the rows STATS_AHEAD bytes on (those that follow in memory
-            # are read next); long float16/float32 rows fetch as they go
+            # are read next)
             fetch_ahead_of(rows[0], lanes * n * <Py_ssize_t>sizeof(in_t), p.rows_end)
         if p.mode != MODE_GIVEN:
-            rows_moments(rows, lanes, n, piv, &all_mean[i], &all_m2[i], p.rows_end, ki)
+            rows_moments(rows, lanes, n, piv, &all_mean[i], &all_m2[i],
+                         p.rows_end if fetch_as_read else NULL, ki)
         i = i + lanes
     # The scales, all of them before any coefficients: a vector's
     # division, square root and division then overlap with the next
