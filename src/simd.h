@@ -329,7 +329,7 @@ static inline void fn_stream_f16(fn_half *p, fn_vd v) { fn_store_f16(p, v); }
 static inline void fn_sfence(void) {}
 #endif
 
-/* The upper halves of the vector registers cleared, at every entry point:
+/* The upper halves of the vector registers cleared, at the entry points:
  * NumPy's and Python's code, compiled for SSE, pays for each instruction
  * while they are dirty, and the compiler left them so (docs/design.md). */
 static inline void fn_clean_upper(void)
