@@ -64,7 +64,7 @@ SIZES = ("l1d", "l2", "l3", "share")
 SHARE_MAX = 16 * MIB
 # Tuning values that count values or columns; the others are bytes.
 COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "mask_tile", "paged_grad_rows",
-          "heads_apart")
+          "prefetch_fills_l1")
 
 
 def parse_size(text):
@@ -452,12 +452,13 @@ RULES = (
     # 4 KiB ways (x86 indexes L1d within a page).
     ("paged_grad_rows", "4 where L1d has 10 ways of 4 KiB, else 2",
      lambda c: 4 if c.l1d // (4 * KIB) >= 2 * 4 + 2 else 2),
-    # Column sweeps from memory over rows an L1 way apart (a multiple of
-    # 4 KiB) fetch only the next rows' heads (1) where a prefetch into L2
-    # fills L1 too: the next sweep's lines, all in the same L1 sets, would
-    # push out those the strips still read.  Elsewhere (0) they fetch the
-    # next sweep whole, as any other.
-    ("heads_apart", "1 where a prefetch into L2 fills L1 too, else 0",
+    # Where a prefetch into L2 fills L1 too (1), column sweeps from memory
+    # over rows an L1 way apart (a multiple of 4 KiB) fetch only the next
+    # rows' heads (the next sweep's lines, all in the same L1 sets, would
+    # push out those the strips still read), and the gradients' first pass
+    # over rows fetches nothing ahead.  Elsewhere (0) sweeps fetch the
+    # next sweep whole and that pass the next rows.
+    ("prefetch_fills_l1", "1 where a prefetch into L2 fills L1 too, else 0",
      lambda c: 1 if c.prefetch_l1 else 0),
 )
 RULE_TEXT = {name: text for name, text, _ in RULES}

@@ -415,9 +415,9 @@ cdef inline void grad_rows(const Grad* g, Py_ssize_t si, double* part, const int
     cdef const char* xa[GRAD_ROWS]
     cdef const char* da[GRAD_ROWS]
     # Pass 1 fetches the next rows too (float16/float32, out of cache), but
-    # not where a fetch into L2 fills L1 as well (HEADS_APART: on the Zen 3
-    # it cost more than it saved, in cache and out of it).
-    cdef bint fetch = (in_t is not double and not g.R.in_cache and not HEADS_APART
+    # not where a fetch into L2 fills L1 as well (on the Zen 3 it cost more
+    # than it saved, in cache and out of it).
+    cdef bint fetch = (in_t is not double and not g.R.in_cache and not PREFETCH_FILLS_L1
                        and si + 2 * nr <= L.n_slices)
     odo_init(&s, L.kept, L.n_kept, si)
     for k in range(nr):

@@ -716,9 +716,9 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     # the strides, without the odometer's carries (which short rows pay
     # every few values).
     cdef bint one_axis = L.n_kept == 1
-    # Long float16/float32 rows are read one at a time (rows_moments' one
-    # look, run_deviations) and fetch ahead as they are read.
-    cdef bint fetch_as_read = in_t is not double and n - n % FN_W > SIDE_ROW_VECTORS * FN_W
+    # float16/float32 rows that rows_moments reads one at a time (its one
+    # look) fetch ahead as they are read.
+    cdef bint fetch_as_read = in_t is not double and rows_read_singly(n)
     cdef Py_ssize_t sx = L.kept[0].stride[OP_X] if one_axis else 0
     cdef Py_ssize_t ss = L.kept[0].stride[OP_S] if one_axis else 0
     odo_init(&s, L.kept, L.n_kept, first)
@@ -1761,10 +1761,10 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     p.from_memory = (p.n_outer * p.n_rows * p.n_cols * <Py_ssize_t>sizeof(in_t)
                      > CACHED_BYTES)
     # From cache, fetching the next sweep gains nothing.  Where the L2 hint
-    # fills L1 too (HEADS_APART: AMD's cores before Zen 4) it pushes out
-    # lines the strips still read, and rows an L1 way apart share their
-    # sets: those fetch the next rows' heads alone.
-    p.fetch_heads = (p.from_memory and HEADS_APART and L.n_red == 1
+    # fills L1 too (AMD's cores before Zen 4) it pushes out lines the
+    # strips still read, and rows an L1 way apart share their sets: those
+    # fetch the next rows' heads alone.
+    p.fetch_heads = (p.from_memory and PREFETCH_FILLS_L1 and L.n_red == 1
                      and way_apart(L.red[0].stride[OP_X]))
     p.state = NULL
     p.coef32 = NULL

@@ -52,7 +52,7 @@ images_inner_min = IMAGES_INNER_MIN
 # struct into a dict and back).
 TUNING_FIELDS = tuple(<dict>fn_tuning)
 # Tuning values that are yes (1) or no (0); the others are positive.
-TUNING_FLAGS = ("heads_apart",)
+TUNING_FLAGS = ("prefetch_fills_l1",)
 
 
 def set_tuning(dict values):

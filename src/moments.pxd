@@ -347,6 +347,12 @@ cdef inline void run_deviations(const char* x, Py_ssize_t body, fn_vd piv, fn_vd
         j = j + FN_W
 
 
+cdef inline bint rows_read_singly(Py_ssize_t n) noexcept nogil:
+    """Whether rows_moments reads runs of n values one at a time
+    (run_deviations) rather than side by side."""
+    return n - n % FN_W > SIDE_ROW_VECTORS * FN_W
+
+
 cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
                               const double* pivot, double* mean, double* m2,
                               const char* ahead_end, in_t* kind) noexcept nogil:
@@ -411,7 +417,7 @@ cdef inline void rows_moments(const char** rows, int lanes, Py_ssize_t n,
         fn_store_f64(mean, t)
     for l in range(FN_W):
         mu[l] = fn_set1(mean[l])
-    if body > SIDE_ROW_VECTORS * FN_W:
+    if rows_read_singly(n):
         for l in range(FN_W):
             run_deviations(rows[l], body, piv[l], mu[l], &acc[l], &sq[l], ahead_end, kind)
     else:

@@ -100,7 +100,7 @@ cdef extern from "tuning.h" nogil:
         Py_ssize_t stream_min_bytes
         Py_ssize_t mask_tile
         Py_ssize_t paged_grad_rows
-        Py_ssize_t heads_apart
+        Py_ssize_t prefetch_fills_l1
     fn_tuning_t fn_tuning
     Py_ssize_t PARALLEL_MIN "FN_PARALLEL_MIN"
     Py_ssize_t SAME_SPLIT_BYTES "FN_SAME_SPLIT_BYTES"
@@ -121,7 +121,7 @@ cdef extern from "tuning.h" nogil:
     Py_ssize_t STREAM_MIN_BYTES "FN_STREAM_MIN_BYTES"
     Py_ssize_t MASK_TILE "FN_MASK_TILE"
     Py_ssize_t PAGED_GRAD_ROWS "FN_PAGED_GRAD_ROWS"
-    bint HEADS_APART "FN_HEADS_APART"
+    bint PREFETCH_FILLS_L1 "FN_PREFETCH_FILLS_L1"
 
 cdef extern from "simd.h" nogil:
     void fn_set_schedule(int same_split, int guided)

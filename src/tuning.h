@@ -34,7 +34,7 @@ typedef struct {
     ptrdiff_t stream_min_bytes;
     ptrdiff_t mask_tile;
     ptrdiff_t paged_grad_rows;
-    ptrdiff_t heads_apart;
+    ptrdiff_t prefetch_fills_l1;
 } fn_tuning_t;
 
 /* One per kernel module (each level is one translation unit); zero until
@@ -60,7 +60,7 @@ static fn_tuning_t fn_tuning;
 #define FN_STREAM_MIN_BYTES (fn_tuning.stream_min_bytes)
 #define FN_MASK_TILE (fn_tuning.mask_tile)
 #define FN_PAGED_GRAD_ROWS (fn_tuning.paged_grad_rows)
-#define FN_HEADS_APART (fn_tuning.heads_apart)
+#define FN_PREFETCH_FILLS_L1 (fn_tuning.prefetch_fills_l1)
 
 /* ---- vector registers ---------------------------------------------- */
 /* Independent accumulators per Welford run: hide the sub -> fma latency. */

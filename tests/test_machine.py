@@ -115,7 +115,7 @@ def test_prefetches_fill_l1_on_amds_cores_before_zen_4(model, fills):
     assert _machine.prefetch_fills_l1(model) is fills
     m = _machine.detect({}, (("none", _no_source),), guest=False, model=model)
     assert m.prefetch_l1 is fills
-    assert _machine.derive(m)["heads_apart"] == int(fills)
+    assert _machine.derive(m)["prefetch_fills_l1"] == int(fills)
 
 
 def test_the_cpu_model_is_read_from_proc_cpuinfo(tmp_path):
@@ -430,8 +430,8 @@ def test_the_kernels_refuse_a_tuning_that_is_not_whole():
         _simd.kernels.set_tuning({k: v for k, v in values.items() if k != "sweep_bytes"})
     with pytest.raises(ValueError, match="out_chunk must be positive"):
         _simd.kernels.set_tuning(dict(values, out_chunk=0))
-    with pytest.raises(ValueError, match="heads_apart is 0 or 1"):
-        _simd.kernels.set_tuning(dict(values, heads_apart=2))
+    with pytest.raises(ValueError, match="prefetch_fills_l1 is 0 or 1"):
+        _simd.kernels.set_tuning(dict(values, prefetch_fills_l1=2))
     assert _simd.kernels.tuning() == _machine.TUNING    # unchanged by the refusals
 
 

@@ -198,7 +198,7 @@ COMMON = {
     "rms_norm_backward rows": "slices rows streams",
     # in cache, pass 1 fetches no rows ahead; beyond, it does where a
     # fetch into L2 leaves L1 alone (measured on xeon-480-2; on epyc-zen3-2
-    # not: heads_apart)
+    # not: prefetch_fills_l1)
     "layer_norm_backward rows 1 MiB": "slices rows in cache",
     "layer_norm_backward axis 0": "columns tiles streams",
     "batch_norm_backward (N, C)": "columns tiles streams",
