@@ -277,14 +277,12 @@ cdef inline void prefetch_run(const SlicePlan* p, const Odometer* s, const Odome
 
 cdef inline Py_ssize_t run_ahead_bytes(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
     """How much of each run of slice si + 1 slice si prefetches: 0 for
-    single runs or blocks (R.flat), the last slice, and long runs: for the
-    statistics, runs of more than twice STATS_AHEAD (their own statistics
-    fetch the most of them; shorter ones would start unfetched), for the
-    output of given statistics runs over IMAGE_RUN_BYTES (the hardware
-    prefetchers follow those)."""
+    single runs or blocks (R.flat), the last slice, and runs over
+    IMAGE_RUN_BYTES (the hardware prefetchers follow those; the statistics
+    of runs up to twice STATS_AHEAD fetch the next run of their own slice,
+    see slice_coef)."""
     cdef Py_ssize_t run_bytes = p.run_len * p.L.red[p.L.n_red - 1].stride[OP_X]
-    cdef Py_ssize_t longest = IMAGE_RUN_BYTES if p.mode == MODE_GIVEN else 2 * STATS_AHEAD
-    if p.stat_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > longest:
+    if p.stat_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > IMAGE_RUN_BYTES:
         return 0
     return min(<Py_ssize_t>RUN_AHEAD_BYTES, run_bytes)
 
@@ -352,9 +350,10 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
     prefetchers, so each run of this slice fetches the same run of the next
     one."""
     cdef const Layout* L = p.L
-    cdef Odometer r, s_next
+    cdef Odometer r, r_next, s_next
     cdef Moments acc = moments_empty(), m
-    cdef Py_ssize_t ri, b, run_ahead = 0
+    cdef Py_ssize_t ri, b, run_ahead = 0, hand_on = 0
+    cdef Py_ssize_t run_bytes = p.stat_len * L.red[L.n_red - 1].stride[OP_X]
     cdef double pivot
     if p.mode == MODE_GIVEN:
         return given(L, s.off[OP_S])
@@ -365,10 +364,18 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
     if p.R.short_runs:
         acc = short_runs_moments(p, s, pivot, &s_next, run_ahead, ki)
     else:
+        # Runs up to twice STATS_AHEAD fetch little of themselves (from
+        # STATS_AHEAD on): each fetches the head of the next as it is read.
+        if p.stat_runs > 1 and run_ahead == 0 and 0 < run_bytes <= 2 * STATS_AHEAD:
+            hand_on = min(run_bytes, <Py_ssize_t>RUN_AHEAD_BYTES)
+            odo_init(&r_next, L.red, L.n_red - 1, 1)
         odo_init(&r, L.red, L.n_red - 1, 0)
         for ri in range(p.stat_runs):
             if run_ahead > 0:
                 prefetch_run(p, &s_next, &r, run_ahead)
+            if hand_on > 0 and ri + 1 < p.stat_runs:
+                prefetch_run(p, s, &r_next, hand_on)
+                odo_next(&r_next, L.red, L.n_red - 1)
             for b in range(p.stat_chunks):
                 m = block_moments(p, s, &r, b, pivot, p.x_end, ki)
                 moments_merge(&acc, &m)
