@@ -348,7 +348,8 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
     normalize it.  Slices of several runs: the runs lie apart in memory
     (channels of NCHW images), too many streams for the hardware
     prefetchers, so each run of this slice fetches the same run of the next
-    one."""
+    one (runs up to IMAGE_RUN_BYTES, run_ahead_bytes), or the next run of
+    its own (runs up to twice STATS_AHEAD)."""
     cdef const Layout* L = p.L
     cdef Odometer r, r_next, s_next
     cdef Moments acc = moments_empty(), m
