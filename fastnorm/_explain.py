@@ -82,6 +82,12 @@ def explain(func, *args, **kwargs):
         sweep's rows, for data larger than the caches), "heads" (only the
         first bytes of each next row, where rows lie a multiple of 4 KiB
         apart and would evict each other from L1) or "none" (in cache).
+        ``runs_fetch`` is None but for the statistics of a forward call on
+        the slices pattern whose slices are several runs (the maps of an
+        NCHW channel): what each run's statistics fetch beyond their own
+        reads ahead, "next slice" (the same run of the next slice: short
+        runs), "next run" (the head of the next run of the slice: runs a
+        little longer than those reads ahead) or "own" (nothing more).
         A call with nothing to compute (an empty input) gives ``pattern``
         None.  ``machine`` is what the tuning was derived from (``l1d``,
         ``l2``, ``l3`` in bytes, ``cores``, ``guest``: a virtual machine,

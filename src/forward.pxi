@@ -275,12 +275,49 @@ cdef inline void prefetch_run(const SlicePlan* p, const Odometer* s, const Odome
     fetch_lines(run_start(p, s, r, OP_X), nbytes)
 
 
+cdef enum:
+    # What the statistics of a run of a slice of several fetch beyond its
+    # own STATS_AHEAD on (runs_fetch)
+    RUNS_OWN = 0             # nothing more: the hardware prefetchers follow it
+    RUNS_NEXT_SLICE = 1      # the same run of the next slice (run_ahead_bytes)
+    RUNS_NEXT_RUN = 2        # the head of the next run of its own slice
+
+RUNS_FETCH_NAMES = ("own", "next slice", "next run")
+
+
+cdef inline int runs_fetch(const SlicePlan* p) noexcept nogil:
+    """What the statistics of each run of a slice of several fetch: runs
+    up to IMAGE_RUN_BYTES the same run of the next slice, runs up to twice
+    STATS_AHEAD (whose own fetch covers little of them) the first
+    RUN_AHEAD_BYTES of the next run of their own slice, longer ones
+    nothing more."""
+    cdef Py_ssize_t run_bytes = p.stat_len * p.L.red[p.L.n_red - 1].stride[OP_X]
+    if p.stat_runs <= 1 or p.mode == MODE_GIVEN:
+        return RUNS_OWN
+    if run_bytes <= IMAGE_RUN_BYTES:
+        return RUNS_NEXT_SLICE
+    if run_bytes <= 2 * STATS_AHEAD:
+        return RUNS_NEXT_RUN
+    return RUNS_OWN
+
+
+cdef object runs_fetch_of(const Layout* L, const Route* R, int mode):
+    """explain's name of runs_fetch for a call on the slices pattern whose
+    slices are several runs, else None."""
+    cdef SlicePlan p
+    p.L = L
+    p.R = R
+    p.mode = mode
+    plan_runs(&p, L, R)
+    if R.pattern != SLICES or p.stat_runs <= 1 or mode == MODE_GIVEN:
+        return None
+    return RUNS_FETCH_NAMES[runs_fetch(&p)]
+
+
 cdef inline Py_ssize_t run_ahead_bytes(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
     """How much of each run of slice si + 1 slice si prefetches: 0 for
     single runs or blocks (R.flat), the last slice, and runs over
-    IMAGE_RUN_BYTES (the hardware prefetchers follow those; the statistics
-    of runs up to twice STATS_AHEAD fetch the next run of their own slice,
-    see slice_coef)."""
+    IMAGE_RUN_BYTES (longer ones: runs_fetch)."""
     cdef Py_ssize_t run_bytes = p.run_len * p.L.red[p.L.n_red - 1].stride[OP_X]
     if p.stat_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > IMAGE_RUN_BYTES:
         return 0
@@ -349,12 +386,11 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
     (channels of NCHW images), too many streams for the hardware
     prefetchers, so each run of this slice fetches the same run of the next
     one (runs up to IMAGE_RUN_BYTES, run_ahead_bytes), or the next run of
-    its own (runs up to twice STATS_AHEAD)."""
+    its own (runs_fetch)."""
     cdef const Layout* L = p.L
     cdef Odometer r, r_next, s_next
     cdef Moments acc = moments_empty(), m
     cdef Py_ssize_t ri, b, run_ahead = 0, hand_on = 0
-    cdef Py_ssize_t run_bytes = p.stat_len * L.red[L.n_red - 1].stride[OP_X]
     cdef double pivot
     if p.mode == MODE_GIVEN:
         return given(L, s.off[OP_S])
@@ -365,10 +401,9 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
     if p.R.short_runs:
         acc = short_runs_moments(p, s, pivot, &s_next, run_ahead, ki)
     else:
-        # Runs up to twice STATS_AHEAD fetch little of themselves (from
-        # STATS_AHEAD on): each fetches the head of the next as it is read.
-        if p.stat_runs > 1 and run_ahead == 0 and 0 < run_bytes <= 2 * STATS_AHEAD:
-            hand_on = min(run_bytes, <Py_ssize_t>RUN_AHEAD_BYTES)
+        if runs_fetch(p) == RUNS_NEXT_RUN:
+            hand_on = min(p.stat_len * L.red[L.n_red - 1].stride[OP_X],
+                          <Py_ssize_t>RUN_AHEAD_BYTES)
             odo_init(&r_next, L.red, L.n_red - 1, 1)
         odo_init(&r, L.red, L.n_red - 1, 0)
         for ri in range(p.stat_runs):

@@ -186,7 +186,8 @@ cdef dict route_dict(const Route* R, const Layout* L):
             "streams": bool(R.stream), "descending": bool(R.descend),
             "float32_pass": bool(R.f32), "rows_pass": bool(R.rows_out),
             "in_cache": bool(R.in_cache), "simd": FN_VARIANT_NAME.decode(),
-            "slices": L.n_slices, "slice_length": L.slice_len, "columns": None}
+            "slices": L.n_slices, "slice_length": L.slice_len, "columns": None,
+            "runs_fetch": None}
 
 
 def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
@@ -200,6 +201,7 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     cdef int xt = type_code(x), yt = xt if y is None else type_code(y)
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
     route = route_dict(&R, &L)
+    route["runs_fetch"] = runs_fetch_of(&L, &R, mode)
     if R.pattern == COLUMNS:
         if xt == 0:
             route["columns"] = column_plan_in(&L, &R, mode, y is not None, yt, <half_t*>NULL)
