@@ -190,8 +190,10 @@ COMMON = {
     "layer_norm short rows f64": "slices rows streams",
     "layer_norm last 2 axes": "slices turns streams",
     "rms_norm rows": "slices turns streams",
-    # The statistics of maps 12-24 KiB long fetch the head of the next
-    # map of their channel, longer ones nothing more (measured on
+    # The statistics of maps longer than image_run_bytes and up to twice
+    # stats_ahead (12-24 KiB on the Xeons and the Zen 5, 8-16 KiB on the
+    # Zen 3) fetch the head of the next map of their channel, longer ones
+    # nothing more (measured on
     # xeon-480-2: 56x56 float32 and 40x40 float64 0.87-0.90 of the time of
     # fetching the next channel's map, 56x56 float64 and 112x112 float32
     # 0.99-1.02 either way; derived elsewhere).
