@@ -285,14 +285,20 @@ cdef enum:
 RUNS_FETCH_NAMES = ("own", "next slice", "next run")
 
 
+cdef inline Py_ssize_t run_bytes_of(const SlicePlan* p) noexcept nogil:
+    """The bytes a statistics run of x spans."""
+    return p.stat_len * p.L.red[p.L.n_red - 1].stride[OP_X]
+
+
 cdef inline int runs_fetch(const SlicePlan* p) noexcept nogil:
-    """What the statistics of each run of a slice of several fetch: runs
-    up to IMAGE_RUN_BYTES the same run of the next slice, runs up to twice
-    STATS_AHEAD (whose own fetch covers little of them) the first
-    RUN_AHEAD_BYTES of the next run of their own slice, longer ones
-    nothing more."""
-    cdef Py_ssize_t run_bytes = p.stat_len * p.L.red[p.L.n_red - 1].stride[OP_X]
-    if p.stat_runs <= 1 or p.mode == MODE_GIVEN:
+    """What each run of a slice of several fetches as it is read: runs up
+    to IMAGE_RUN_BYTES the same run of the next slice (run_ahead_bytes;
+    given statistics too), longer ones up to twice STATS_AHEAD (whose own
+    statistics fetch little of them) the first RUN_AHEAD_BYTES of the next
+    run of their own slice, for their statistics; longer ones nothing
+    more."""
+    cdef Py_ssize_t run_bytes = run_bytes_of(p)
+    if p.stat_runs <= 1:
         return RUNS_OWN
     if run_bytes <= IMAGE_RUN_BYTES:
         return RUNS_NEXT_SLICE
@@ -315,13 +321,11 @@ cdef object runs_fetch_of(const Layout* L, const Route* R, int mode):
 
 
 cdef inline Py_ssize_t run_ahead_bytes(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
-    """How much of each run of slice si + 1 slice si prefetches: 0 for
-    single runs or blocks (R.flat), the last slice, and runs over
-    IMAGE_RUN_BYTES (longer ones: runs_fetch)."""
-    cdef Py_ssize_t run_bytes = p.run_len * p.L.red[p.L.n_red - 1].stride[OP_X]
-    if p.stat_runs <= 1 or si + 1 >= p.L.n_slices or run_bytes > IMAGE_RUN_BYTES:
+    """How much of each run of slice si + 1 slice si prefetches: 0 but
+    where runs_fetch says the next slice's, and for the last slice."""
+    if si + 1 >= p.L.n_slices or runs_fetch(p) != RUNS_NEXT_SLICE:
         return 0
-    return min(<Py_ssize_t>RUN_AHEAD_BYTES, run_bytes)
+    return min(<Py_ssize_t>RUN_AHEAD_BYTES, run_bytes_of(p))
 
 
 cdef inline void merge_run(Moments* acc, const char* x, Py_ssize_t n, double mean,
@@ -402,8 +406,7 @@ cdef Coef slice_coef(const SlicePlan* p, Py_ssize_t si, const Odometer* s,
         acc = short_runs_moments(p, s, pivot, &s_next, run_ahead, ki)
     else:
         if runs_fetch(p) == RUNS_NEXT_RUN:
-            hand_on = min(p.stat_len * L.red[L.n_red - 1].stride[OP_X],
-                          <Py_ssize_t>RUN_AHEAD_BYTES)
+            hand_on = min(run_bytes_of(p), <Py_ssize_t>RUN_AHEAD_BYTES)
             odo_init(&r_next, L.red, L.n_red - 1, 1)
         odo_init(&r, L.red, L.n_red - 1, 0)
         for ri in range(p.stat_runs):
