@@ -712,19 +712,38 @@ cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
         i = i + lanes
 
 
+cdef inline void lanes_scale(int mode, Py_ssize_t n, double eps, const double* piv,
+                             const double* mean, const double* m2,
+                             double* scale) noexcept nogil:
+    """The scales 1 / sqrt(var + eps) of FN_W slices of n values from
+    their moments (rms_norm: the mean square's; MODE_STATS: 1)."""
+    cdef fn_vd var, mv, den
+    if mode == MODE_STATS:
+        fn_store_f64(scale, fn_set1(1.0))
+        return
+    var = fn_div(fn_load_f64(m2), fn_set1(<double>n))
+    if mode == MODE_RMS:
+        mv = fn_add(fn_load_f64(piv), fn_load_f64(mean))
+        den = fn_add(fn_fma(mv, mv, var), fn_set1(eps))
+    else:
+        den = fn_add(var, fn_set1(eps))
+    fn_store_f64(scale, fn_div(fn_set1(1.0), fn_sqrt(den)))
+
+
 cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
                     out_t* ko) noexcept nogil:
     """WAY_ROWS: slices first .. first + count (R.batch at most), each one
     short contiguous run (or block of runs, R.flat).  Statistics FN_W
-    slices at a time: their moments (rows_moments) for the whole item, then
-    their scales, then (with no statistics to write) their coefficients in
-    vectors, one lane per slice.
+    slices (a group) at a time: a group's moments (rows_moments) and
+    scales, then the coefficients of the group before it (with no
+    statistics to write in vectors, one lane per slice), whose scales'
+    division and square root have had the group's reads to finish in.
     Output: with R.rows_out, the rows follow each other and are written in
     one pass over the item, still in L2 (fn_rows_*); others slice by
     slice."""
     cdef const Layout* L = p.L
     cdef const Route* R = p.R
-    cdef Py_ssize_t n = p.stat_len, i = 0, j
+    cdef Py_ssize_t n = p.stat_len, i = 0, ci = 0, j
     # The item's rows, pivots, moments and scales (FN_W lanes past the
     # last, for a vector's stand-ins).
     cdef const char* all_rows[SHORT_BATCH + 8]
@@ -747,7 +766,6 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     cdef double d_k2[SHORT_BATCH]
     cdef double d_k0[SHORT_BATCH]
     cdef Odometer s
-    cdef fn_vd var, mv, den
     cdef Moments m
     cdef bint rows_f32 = R.rows_out and R.f32, rows_f64 = R.rows_out and not R.f32
     cdef bint quick = (R.rows_out and L.stat[0] == NULL
@@ -770,70 +788,59 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
     odo_init(&s, L.kept, L.n_kept, first)
     x0 = L.base[OP_X] + s.off[OP_X]
     y0 = L.base[OP_Y] + s.off[OP_Y]
-    while i < count:
-        lanes = <int>min(<Py_ssize_t>FN_W, count - i)
-        rows = &all_rows[i]
-        piv = &all_piv[i]
-        for l in range(FN_W):
-            if l < lanes:
-                if one_axis:
-                    rows[l] = x0 + (i + l) * sx
-                    all_off[i + l] = s.off[OP_S] + (i + l) * ss
+    while ci < count:
+        if i < count:
+            lanes = <int>min(<Py_ssize_t>FN_W, count - i)
+            rows = &all_rows[i]
+            piv = &all_piv[i]
+            for l in range(FN_W):
+                if l < lanes:
+                    if one_axis:
+                        rows[l] = x0 + (i + l) * sx
+                        all_off[i + l] = s.off[OP_S] + (i + l) * ss
+                    else:
+                        rows[l] = L.base[OP_X] + s.off[OP_X]
+                        all_off[i + l] = s.off[OP_S]
+                        odo_next(&s, L.kept, L.n_kept)
+                    piv[l] = pick_pivot(sload(rows[l], ki), ki)
                 else:
-                    rows[l] = L.base[OP_X] + s.off[OP_X]
-                    all_off[i + l] = s.off[OP_S]
-                    odo_next(&s, L.kept, L.n_kept)
-                piv[l] = pick_pivot(sload(rows[l], ki), ki)
-            else:
-                rows[l] = rows[0]        # a stand-in, its results unused
-                piv[l] = piv[0]
-        if p.rows_end != NULL and not fetch_as_read:
-            # the rows STATS_AHEAD bytes on (those that follow in memory
-            # are read next)
-            fetch_ahead_of(rows[0], lanes * n * <Py_ssize_t>sizeof(in_t), p.rows_end)
-        if p.mode != MODE_GIVEN:
-            rows_moments(rows, lanes, n, piv, &all_mean[i], &all_m2[i],
-                         p.rows_end if fetch_as_read else NULL, ki)
-        i = i + lanes
-    # The scales, all of them before any coefficients: a vector's
-    # division, square root and division then overlap with the next
-    # vectors' instead of holding up its coefficients.
-    i = 0
-    while i < count and p.mode != MODE_GIVEN:
-        if p.mode != MODE_STATS:
-            var = fn_div(fn_load_f64(&all_m2[i]), fn_set1(<double>n))
-            if p.mode == MODE_RMS:
-                mv = fn_add(fn_load_f64(&all_piv[i]), fn_load_f64(&all_mean[i]))
-                den = fn_add(fn_fma(mv, mv, var), fn_set1(p.eps))
-            else:
-                den = fn_add(var, fn_set1(p.eps))
-            fn_store_f64(&all_scale[i], fn_div(fn_set1(1.0), fn_sqrt(den)))
-        else:
-            fn_store_f64(&all_scale[i], fn_set1(1.0))
-        i = i + FN_W
-    i = 0
-    while i < count:
-        lanes = <int>min(<Py_ssize_t>FN_W, count - i)
-        rows = &all_rows[i]
-        piv = &all_piv[i]
-        mean = &all_mean[i]
-        m2 = &all_m2[i]
-        off_s = &all_off[i]
-        scale = &all_scale[i]
+                    rows[l] = rows[0]        # a stand-in, its results unused
+                    piv[l] = piv[0]
+            if p.rows_end != NULL and not fetch_as_read:
+                # the rows STATS_AHEAD bytes on (those that follow in memory
+                # are read next)
+                fetch_ahead_of(rows[0], lanes * n * <Py_ssize_t>sizeof(in_t), p.rows_end)
+            if p.mode != MODE_GIVEN:
+                rows_moments(rows, lanes, n, piv, &all_mean[i], &all_m2[i],
+                             p.rows_end if fetch_as_read else NULL, ki)
+                # as the moments come: the division overlaps the next
+                # group's reads (a pass of its own waited on it)
+                lanes_scale(p.mode, n, p.eps, piv, &all_mean[i], &all_m2[i], &all_scale[i])
+            i = i + lanes
+            # the coefficients a group behind the moments
+            if i < count and ci + FN_W >= i:
+                continue
+        lanes = <int>min(<Py_ssize_t>FN_W, count - ci)
+        rows = &all_rows[ci]
+        piv = &all_piv[ci]
+        mean = &all_mean[ci]
+        m2 = &all_m2[ci]
+        off_s = &all_off[ci]
+        scale = &all_scale[ci]
         if p.mode != MODE_GIVEN:
             # No statistics to write and the whole item in one pass: the
             # coefficients of the FN_W slices in vectors.
             if quick and n_f32 == count:
-                if rows_f32 and lanes_affine_f(piv, mean, m2, scale, p.mode, &f_m[i], &f_k2[i],
-                                               &f_k0[i]):
-                    i = i + lanes
+                if rows_f32 and lanes_affine_f(piv, mean, m2, scale, p.mode, &f_m[ci], &f_k2[ci],
+                                               &f_k0[ci]):
+                    ci = ci + lanes
                     continue
-                if rows_f64 and lanes_affine_d(piv, mean, m2, scale, p.mode, &d_m[i],
-                                               &d_k2[i], &d_k0[i]):
-                    i = i + lanes
+                if rows_f64 and lanes_affine_d(piv, mean, m2, scale, p.mode, &d_m[ci],
+                                               &d_k2[ci], &d_k0[ci]):
+                    ci = ci + lanes
                     continue
         for l in range(lanes):
-            j = i + l
+            j = ci + l
             if p.mode == MODE_GIVEN:
                 coefs[j] = given(L, off_s[l])
             elif mean[l] - mean[l] == 0.0 and m2[l] - m2[l] == 0.0:
@@ -848,7 +855,7 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
                     n_f32 = j
             elif rows_f64:
                 affine_d(coefs[j], 1.0, 0.0, &d_m[j], &d_k2[j], &d_k0[j])
-        i = i + lanes
+        ci = ci + lanes
     if not p.has_y:
         return
     if in_t is float and out_t is float:
