@@ -88,6 +88,13 @@ def explain(func, *args, **kwargs):
         reads ahead, "next slice" (the same run of the next slice: short
         runs), "next run" (the head of the next run of the slice: runs a
         little longer than those reads ahead) or "own" (nothing more).
+        ``next_fetch`` is None but for a forward call whose slices are
+        each one contiguous run written slice after slice (layer_norm over
+        the last axes of a C-order array, too long for the grouped rows):
+        what a slice's output fetches of the next slice for its statistics,
+        "whole" (on one thread, through the float64 output pass, slices up
+        to ``next_slice_bytes``: it and the next fit half of L2) or "head"
+        (its first ``prefetch_bytes``).
         A call with nothing to compute (an empty input) gives ``pattern``
         None.  ``machine`` is what the tuning was derived from (``l1d``,
         ``l2``, ``l3`` in bytes, ``cores``, ``guest``: a virtual machine,

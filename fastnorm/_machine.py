@@ -416,6 +416,10 @@ RULES = (
     # The next slice of a strided slice, fetched while it is written: half
     # of L1d, beside what is being written.
     ("prefetch_bytes", "L1d / 2", lambda c: _line(c.l1d // 2, 1 * KIB)),
+    # A slice of one contiguous run fetches the whole next slice as its
+    # output is written while the two fit half of L2 (else the fetched
+    # lines are pushed out before its statistics read them).
+    ("next_slice_bytes", "L2 / 4", lambda c: _line(c.l2 // 4, 16 * KIB)),
     # Each run of the next slice of several runs (NCHW channels are too many
     # streams for the prefetchers): an eighth of L1d; runs of that many
     # bytes hand the next run to the output pass to fetch.

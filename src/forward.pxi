@@ -320,6 +320,45 @@ cdef object runs_fetch_of(const Layout* L, const Route* R, int mode):
     return RUNS_FETCH_NAMES[runs_fetch(&p)]
 
 
+cdef enum:
+    # What the output of a slice of one contiguous run fetches of the next
+    # slice (next_fetch)
+    NEXT_HEAD = 0            # its first PREFETCH_BYTES, as the output starts
+    NEXT_WHOLE = 1           # all of it, a line as each line is written
+
+NEXT_FETCH_NAMES = ("head", "whole")
+
+
+cdef inline int next_fetch(const SlicePlan* p) noexcept nogil:
+    """What the output of a slice of one contiguous run fetches of the next
+    slice for its statistics: the whole of it on one thread, through the
+    double pass (the float32 pass of a single run fetches nothing as it
+    writes), where the slice is at most NEXT_SLICE_BYTES (it and the next
+    within half of L2); else its head.  A longer slice's fetched lines
+    were pushed out of L2 before the statistics came to them, read twice
+    from memory; two threads writing measured faster without them too."""
+    if p.R.threads == 1 and not p.R.f32 and run_bytes_of(p) <= NEXT_SLICE_BYTES:
+        return NEXT_WHOLE
+    return NEXT_HEAD
+
+
+cdef object next_fetch_of(const Layout* L, const Route* R, int mode, bint has_y,
+                          Py_ssize_t isz):
+    """explain's name of next_fetch for a call whose slices (WAY_WHOLE,
+    upwards) are one contiguous run each of isz-byte values and are
+    written, else None."""
+    cdef SlicePlan p
+    p.L = L
+    p.R = R
+    p.mode = mode
+    plan_runs(&p, L, R)
+    if (R.pattern != SLICES or R.way != WAY_WHOLE or R.descend or not has_y
+            or R.runs_out or p.n_runs > 1 or L.n_slices < 2
+            or L.red[L.n_red - 1].stride[OP_X] != isz):
+        return None
+    return NEXT_FETCH_NAMES[next_fetch(&p)]
+
+
 cdef inline Py_ssize_t run_ahead_bytes(const SlicePlan* p, Py_ssize_t si) noexcept nogil:
     """How much of each run of slice si + 1 slice si prefetches: 0 but
     where runs_fetch says the next slice's, and for the last slice."""
@@ -524,7 +563,7 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
             # With the statistics given, this is the slice's one look.
             if p.mode == MODE_GIVEN:
                 run_ahead = run_ahead_bytes(p, si)
-        elif L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t):
+        elif L.red[L.n_red - 1].stride[OP_X] == sizeof(in_t) and next_fetch(p) == NEXT_WHOLE:
             ahead = L.base[OP_X] + s_next.off[OP_X]
         else:
             prefetch_slice(p, nxt)

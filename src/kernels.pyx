@@ -187,7 +187,7 @@ cdef dict route_dict(const Route* R, const Layout* L):
             "float32_pass": bool(R.f32), "rows_pass": bool(R.rows_out),
             "in_cache": bool(R.in_cache), "simd": FN_VARIANT_NAME.decode(),
             "slices": L.n_slices, "slice_length": L.slice_len, "columns": None,
-            "runs_fetch": None}
+            "runs_fetch": None, "next_fetch": None}
 
 
 def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
@@ -202,6 +202,7 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
     route = route_dict(&R, &L)
     route["runs_fetch"] = runs_fetch_of(&L, &R, mode)
+    route["next_fetch"] = next_fetch_of(&L, &R, mode, y is not None, code_size(xt))
     if R.pattern == COLUMNS:
         if xt == 0:
             route["columns"] = column_plan_in(&L, &R, mode, y is not None, yt, <half_t*>NULL)

@@ -90,6 +90,7 @@ cdef extern from "tuning.h" nogil:
         Py_ssize_t cached_bytes_f64
         Py_ssize_t cached_row_bytes_f64
         Py_ssize_t prefetch_bytes
+        Py_ssize_t next_slice_bytes
         Py_ssize_t run_ahead_bytes
         Py_ssize_t ahead_f32
         Py_ssize_t image_run_bytes
@@ -110,6 +111,7 @@ cdef extern from "tuning.h" nogil:
     Py_ssize_t CACHED_BYTES_F64 "FN_CACHED_BYTES_F64"
     Py_ssize_t CACHED_ROW_BYTES_F64 "FN_CACHED_ROW_BYTES_F64"
     Py_ssize_t PREFETCH_BYTES "FN_PREFETCH_BYTES"
+    Py_ssize_t NEXT_SLICE_BYTES "FN_NEXT_SLICE_BYTES"
     Py_ssize_t RUN_AHEAD_BYTES "FN_RUN_AHEAD_BYTES"
     Py_ssize_t HAND_ON_BYTES "FN_HAND_ON_BYTES"
     Py_ssize_t AHEAD_F32 "FN_AHEAD_F32"

@@ -24,6 +24,7 @@ typedef struct {
     ptrdiff_t cached_bytes_f64;
     ptrdiff_t cached_row_bytes_f64;
     ptrdiff_t prefetch_bytes;
+    ptrdiff_t next_slice_bytes;
     ptrdiff_t run_ahead_bytes;
     ptrdiff_t ahead_f32;
     ptrdiff_t image_run_bytes;
@@ -49,6 +50,7 @@ static fn_tuning_t fn_tuning;
 #define FN_CACHED_BYTES_F64 (fn_tuning.cached_bytes_f64)
 #define FN_CACHED_ROW_BYTES_F64 (fn_tuning.cached_row_bytes_f64)
 #define FN_PREFETCH_BYTES (fn_tuning.prefetch_bytes)
+#define FN_NEXT_SLICE_BYTES (fn_tuning.next_slice_bytes)
 #define FN_RUN_AHEAD_BYTES (fn_tuning.run_ahead_bytes)
 #define FN_HAND_ON_BYTES (fn_tuning.run_ahead_bytes)
 #define FN_AHEAD_F32 (fn_tuning.ahead_f32)

@@ -19,7 +19,7 @@ from reference import assert_bitwise, fingerprint
 
 KEYS = {"pattern", "schedule", "threads", "streams", "descending", "float32_pass", "rows_pass",
         "in_cache", "simd", "slices", "slice_length", "fast_path", "copies", "machine", "tuning",
-        "rules", "columns", "runs_fetch"}
+        "rules", "columns", "runs_fetch", "next_fetch"}
 RNG = np.random.default_rng(0)
 X = (2.0 + RNG.standard_normal((6, 4, 5))).astype(np.float32)
 DY = RNG.standard_normal(X.shape).astype(np.float32)
@@ -74,6 +74,7 @@ def test_keys_and_their_types(name):
     else:
         assert r["columns"] is None
     assert r["runs_fetch"] in (None, "own", "next slice", "next run")
+    assert r["next_fetch"] in (None, "head", "whole")
 
 
 def test_slices_and_their_length():

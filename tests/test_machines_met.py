@@ -110,6 +110,7 @@ CASES = {
     "layer_norm short rows f32": lambda: _rows("layer_norm", (131072, 32), F32),
     "layer_norm short rows f64": lambda: _rows("layer_norm", (131072, 32), F64),
     "layer_norm last 2 axes": lambda: _rows("layer_norm", (64, 196, 768), F32, (1, 2)),
+    "layer_norm last 2 axes f64": lambda: _rows("layer_norm", (64, 196, 768), F64, (1, 2)),
     "rms_norm rows": lambda: _rows("rms_norm", (8192, 1024), F32),
     "layer_norm axis 0": lambda: _rows("layer_norm", (4096, 4096), F32, 0),
     "batch_norm (N, C)": lambda: _batch_norm((65536, 512), F32, (0,)),
@@ -149,7 +150,8 @@ def decisions(machine):
     """{case: "pattern schedule [streams] [in cache]"} with machine's tuning
     in force and as many threads as it has cores; the columns' tiles add
     the rows of a sweep and what it fetches ahead, slices of several runs
-    what their runs' statistics fetch."""
+    what their runs' statistics fetch, slices of one run what their output
+    fetches of the next slice."""
     out = {}
     fastnorm.set_num_threads(machine.cores)
     try:
@@ -164,6 +166,8 @@ def decisions(machine):
                               f"fetching {r['columns']['fetch_ahead']}"]
                 if r["runs_fetch"]:
                     words += [f"runs fetching {r['runs_fetch']}"]
+                if r["next_fetch"]:
+                    words += [f"next slice's {r['next_fetch']}"]
                 out[name] = " ".join(words)
     finally:
         fastnorm.set_num_threads(None)
@@ -179,16 +183,23 @@ def decisions(machine):
 # xeon-480-2, derived elsewhere: the same reads fetched alike).
 COMMON = {
     "layer_norm rows f32": "slices turns streams",
-    "layer_norm rows f64": "slices whole streams",
+    # Slices of one run written slice after slice fetch the next one's head
+    # on two threads and more (measured on xeon-480-2: layer_norm over
+    # rows of 8 KiB to 1 MiB and over the last two axes of (N, 12-392, 768)
+    # float64 0.74-0.97 of the time of fetching the next slice whole;
+    # derived elsewhere); test_one_thread_fetches_the_next_slice_whole_...
+    # below for one thread.
+    "layer_norm rows f64": "slices whole streams next slice's head",
     "layer_norm rows 256 MiB": "slices turns streams",
     "layer_norm rows 2 MiB": "slices rows in cache",
-    "layer_norm rows 4 MiB": "slices whole",
-    "layer_norm rows 8 MiB": "slices whole",
+    "layer_norm rows 4 MiB": "slices whole next slice's head",
+    "layer_norm rows 8 MiB": "slices whole next slice's head",
     "layer_norm rows 16 MiB": "slices turns streams",
     "layer_norm rows 24 MiB": "slices turns streams",
     "layer_norm short rows f32": "slices rows streams",
     "layer_norm short rows f64": "slices rows streams",
     "layer_norm last 2 axes": "slices turns streams",
+    "layer_norm last 2 axes f64": "slices whole streams next slice's head",
     "rms_norm rows": "slices turns streams",
     # The statistics of maps longer than image_run_bytes and up to twice
     # stats_ahead (12-24 KiB on the Xeons and the Zen 5, 8-16 KiB on the
@@ -267,6 +278,38 @@ def test_the_planner_decides_on_each_machine_met_as_measured(name):
     wrong = {case: f"{got[case]!r}, expected {want!r}" for case, want in EXPECTED[name].items()
              if got[case] != want}
     assert not wrong, wrong
+
+
+# One thread: the next slice whole where it and the slice fit half of L2
+# (next_slice_bytes, L2 / 4: 512 KiB on the Xeons, 256 KiB on the Zen 5,
+# 128 KiB on the Zen 3), else its head. Measured on xeon-480-2: slices of
+# 72 and 288 KiB 0.85-0.91 of the time of the head alone, of 1.1 and
+# 2.3 MiB 1.11-1.30 (the fetched lines pushed out of L2 before the
+# statistics read them); derived elsewhere.
+ONE_THREAD = {
+    "slices of 72 KiB": ((1024, 12, 768), {"xeon-emr-2": "whole", "xeon-emr-16": "whole",
+                                           "xeon-480-2": "whole", "epyc-zen5-2": "whole",
+                                           "epyc-zen3-2": "whole"}),
+    "slices of 288 KiB": ((256, 49, 768), {"xeon-emr-2": "whole", "xeon-emr-16": "whole",
+                                           "xeon-480-2": "whole", "epyc-zen5-2": "head",
+                                           "epyc-zen3-2": "head"}),
+    "slices of 1.1 MiB": ((64, 196, 768), dict.fromkeys(MACHINES, "head")),
+}
+
+
+@pytest.mark.parametrize("name", list(MACHINES))
+def test_one_thread_fetches_the_next_slice_whole_where_both_fit_half_of_l2(name):
+    got, want = {}, {}
+    fastnorm.set_num_threads(1)
+    try:
+        with _machine.use(MACHINES[name]):
+            for case, (shape, expected) in ONE_THREAD.items():
+                func, args, kwargs = _rows("layer_norm", shape, F64, (1, 2))
+                got[case] = fastnorm.explain(func, *args, **kwargs)["next_fetch"]
+                want[case] = expected[name]
+    finally:
+        fastnorm.set_num_threads(None)
+    assert got == want
 
 
 def test_the_guests_of_large_sockets_no_longer_plan_by_their_whole_l3():
