@@ -741,7 +741,7 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         # outputs stream), written upwards by the float32 pass: a
         # slice's statistics read with nothing written, its output writes
         # with nothing read; in turns, both are in flight at once.  (The
-        # double pass fetches the next slice as it writes one already; a
+        # double pass has its own fetch of the next slice, next_fetch; a
         # run of one piece would take its turns in the order it has.)
         if (n_runs == 1 and contiguous and has_y and mode != MODE_GIVEN and not R.descend
                 and R.f32 and x_bytes >= STREAM_MIN_BYTES and row_bytes > TURN_BYTES
