@@ -186,7 +186,7 @@ COMMON = {
     # Slices of one run written slice after slice fetch the next one's head
     # on two threads and more (measured on xeon-480-2: layer_norm over
     # rows of 8 KiB to 1 MiB and over the last two axes of (N, 12-392, 768)
-    # float64 0.74-0.97 of the time of fetching the next slice whole;
+    # float64 0.74-0.98 of the time of fetching the next slice whole;
     # derived elsewhere); test_one_thread_fetches_the_next_slice_whole_...
     # below for one thread.
     "layer_norm rows f64": "slices whole streams next slice's head",
