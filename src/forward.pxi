@@ -344,15 +344,15 @@ cdef inline int next_fetch(const SlicePlan* p) noexcept nogil:
 
 cdef object next_fetch_of(const Layout* L, const Route* R, int mode, bint has_y,
                           Py_ssize_t isz):
-    """explain's name of next_fetch for a call whose slices (WAY_WHOLE,
-    upwards) are one contiguous run each of isz-byte values and are
-    written, else None."""
+    """explain's name of next_fetch for a call whose slices (WAY_WHOLE)
+    are one contiguous run each of isz-byte values and are written, else
+    None."""
     cdef SlicePlan p
     p.L = L
     p.R = R
     p.mode = mode
     plan_runs(&p, L, R)
-    if (R.pattern != SLICES or R.way != WAY_WHOLE or R.descend or not has_y
+    if (R.pattern != SLICES or R.way != WAY_WHOLE or not has_y
             or R.runs_out or p.n_runs > 1 or L.n_slices < 2
             or L.red[L.n_red - 1].stride[OP_X] != isz):
         return None
