@@ -76,7 +76,9 @@ def explain(func, *args, **kwargs):
         goes in pieces): ``tile_columns`` (columns a thread's tile
         holds) and ``tiles``, the statistics' ``row_blocks`` of ``rows_per_block``
         rows (a function of the shape and the machine alone, so results
-        do not depend on the thread count), ``sweep_rows`` (rows swept
+        do not depend on the thread count), ``statistics_threads`` (the
+        threads that sum them: one a block at most, the output's rows
+        going to all of ``threads``), ``sweep_rows`` (rows swept
         down each strip of columns while they stay in L2) and
         ``fetch_ahead``: what each sweep prefetches, "sweeps" (the next
         sweep's rows, for data larger than the caches), "heads" (only the

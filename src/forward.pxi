@@ -1269,6 +1269,7 @@ cdef struct ColumnPlan:
     Py_ssize_t n_rows         # product of the reduced axes
     Py_ssize_t rows_per_block # statistics items: a tile's rows in blocks
     Py_ssize_t n_blocks
+    int stat_threads          # the team of the statistics: a thread a block at most
     Py_ssize_t finish_pieces  # pieces of FINISH_COLS columns per tile (column_finish)
     Py_ssize_t rows_per_sweep # rows of a tile that column_rows_stats keeps in L2
     Py_ssize_t rows_per_out   # output items: whole rows of an outer index
@@ -1829,6 +1830,11 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     p.n_blocks = min(cap, max(<Py_ssize_t>1, p.n_rows // min_rows))
     p.rows_per_block = (p.n_rows + p.n_blocks - 1) // p.n_blocks
     p.n_blocks = (p.n_rows + p.rows_per_block - 1) // p.rows_per_block
+    # A thread without a block of rows to sum would only finish and write
+    # columns another core summed, moving them between the cores.
+    p.stat_threads = R.threads
+    if mode != MODE_GIVEN:
+        p.stat_threads = <int>min(<Py_ssize_t>R.threads, p.n_groups * p.n_blocks)
     p.rows_per_sweep = max(<Py_ssize_t>8,
                            SWEEP_BYTES // (min(<Py_ssize_t>COL_TILE, p.n_cols) * sizeof(in_t)))
     p.state_stride = STATE_STRIDE
@@ -1899,10 +1905,10 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
         fn_free(p.coef32)
         fn_free(p.ok32)
         return -1
-    if nthreads > 1:
+    if p.stat_threads > 1:
         # One team for the statistics, merged and finished (each loop ends
         # on the team's barrier): a team per loop cost small calls its start.
-        with parallel(num_threads=nthreads):
+        with parallel(num_threads=p.stat_threads):
             if mode != MODE_GIVEN:
                 for i in prange(p.n_groups, schedule="runtime"):
                     column_pivots(&p, i, ki)
@@ -1913,9 +1919,6 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
             if has_y:
                 for i in prange(p.n_groups, schedule="runtime"):
                     column_coefs(&p, i)
-        if has_y:
-            for i in prange(n_out_items, num_threads=nthreads, schedule="runtime"):
-                column_rows_out(&p, i, ki, ko)
     else:
         if mode != MODE_GIVEN:
             for i in range(p.n_groups):
@@ -1927,8 +1930,12 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
         if has_y:
             for i in range(p.n_groups):
                 column_coefs(&p, i)
-            for i in range(n_out_items):
-                column_rows_out(&p, i, ki, ko)
+    if has_y and nthreads > 1:
+        for i in prange(n_out_items, num_threads=nthreads, schedule="runtime"):
+            column_rows_out(&p, i, ki, ko)
+    elif has_y:
+        for i in range(n_out_items):
+            column_rows_out(&p, i, ki, ko)
     fn_free(p.state)
     fn_free(p.coef)
     fn_free(p.coef32)
@@ -1977,6 +1984,7 @@ cdef dict column_plan_dict(const Layout* L, const Route* R, int mode, bint has_y
     plan_columns(&p, L, R, mode, 0.0, has_y, ki, ko)
     return {"tile_columns": min(<Py_ssize_t>COL_TILE, p.n_cols), "tiles": p.n_tiles,
             "row_blocks": p.n_blocks, "rows_per_block": p.rows_per_block,
+            "statistics_threads": p.stat_threads,
             "sweep_rows": p.rows_per_sweep,
             "fetch_ahead": "heads" if p.fetch_heads else "sweeps" if p.from_memory else "none"}
 

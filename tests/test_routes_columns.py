@@ -321,15 +321,18 @@ def test_pieces_of_the_outer_axes(shape, axis, threads):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_column_plan_is_the_shapes(shape, dtype):
     # explain's plan of the columns: its tiles hold the columns and its row
-    # blocks the rows, and nothing in it depends on the thread count (so
-    # that the statistics' bits do not); where the call goes in pieces, the
-    # first piece's.
+    # blocks the rows, and nothing in it but the team that sums them
+    # depends on the thread count (so that the statistics' bits do not);
+    # where the call goes in pieces, the first piece's.
     x = np.zeros(shape, dtype)
     plans = []
     for n in (1, 2):
         fastnorm.set_num_threads(n)
         try:
-            plans.append(fastnorm.explain(fastnorm.layer_norm, x, axis=0)["columns"])
+            r = fastnorm.explain(fastnorm.layer_norm, x, axis=0)
+            plans.append(r["columns"])
+            assert r["columns"].pop("statistics_threads") == min(
+                r["threads"], r["columns"]["tiles"] * r["columns"]["row_blocks"])
         finally:
             fastnorm.set_num_threads(None)
     assert plans[0] == plans[1]
@@ -343,6 +346,34 @@ def test_the_column_plan_is_the_shapes(shape, dtype):
     assert fastnorm.explain(fastnorm.layer_norm, x)["columns"] is None      # rows: slices
     masked = fastnorm.explain(fastnorm.layer_norm, x, axis=0, where=np.ones(shape, bool))
     assert (masked["schedule"], masked["columns"]) == ("masked", None)  # its own tiles
+
+
+@pytest.mark.parametrize("shape", [(64, 1024), (100, 2100), (200, 1024), (130, 3000)])
+def test_statistics_take_a_thread_per_block_at_most(shape):
+    # A thread without a block of rows to sum would only finish and write
+    # the columns another core summed; the output's rows go to every
+    # thread.  Eval batch norm sums nothing: its coefficients too.  The
+    # bits are one thread's.
+    x = _x(shape, np.float32, 4)
+    plan = fastnorm.explain(fastnorm.layer_norm, x, axis=0)["columns"]
+    blocks = plan["tiles"] * plan["row_blocks"]
+    assert x.size >= KERNELS.tuning()["parallel_min"] and blocks < 8
+    serial = fastnorm.layer_norm(x, axis=0, return_stats=True)
+    rm, rv = np.zeros(shape[1]), np.ones(shape[1])
+    for n in (2, 3, 8):
+        fastnorm.set_num_threads(n)
+        try:
+            for func, kw in ((fastnorm.layer_norm, dict(axis=0)), (fastnorm.mean_var, dict(axis=0)),
+                             (fastnorm.batch_norm, dict(axis=0))):
+                r = fastnorm.explain(func, x, **kw)
+                assert (r["threads"], r["columns"]["statistics_threads"]) == (n, min(n, blocks))
+            r = fastnorm.explain(fastnorm.batch_norm, x, running_mean=rm, running_var=rv,
+                                 training=False, axis=0)
+            assert (r["threads"], r["columns"]["statistics_threads"]) == (n, n)
+            for a, b in zip(fastnorm.layer_norm(x, axis=0, return_stats=True), serial):
+                np.testing.assert_array_equal(a, b)
+        finally:
+            fastnorm.set_num_threads(None)
 
 
 def test_passes_do_not_depend_on_threads():
