@@ -1610,6 +1610,8 @@ cdef inline fn_vd param_lanes(const char* p, Py_ssize_t stride, Py_ssize_t c) no
     cdef int l
     if stride == sizeof(double):
         return fn_load_f64(param_at(p + c * stride))
+    if stride == 0:     # no gain or bias: one value for every column
+        return fn_set1(param_at(p)[0])
     for l in range(FN_W):
         v[l] = param_at(p + (c + l) * stride)[0]
     return fn_load_f64(v)
