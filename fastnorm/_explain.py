@@ -78,7 +78,9 @@ def explain(func, *args, **kwargs):
         rows (a function of the shape and the machine alone, so results
         do not depend on the thread count), ``statistics_threads`` (the
         threads that sum them: one a block at most, the output's rows
-        going to all of ``threads``), ``sweep_rows`` (rows swept
+        going to all of ``threads``), ``finish_with_sums`` (rows that
+        are one block of one sweep: each strip of columns turned into
+        coefficients while the next is summed), ``sweep_rows`` (rows swept
         down each strip of columns while they stay in L2) and
         ``fetch_ahead``: what each sweep prefetches, "sweeps" (the next
         sweep's rows, for data larger than the caches), "heads" (only the

@@ -1271,6 +1271,8 @@ cdef struct ColumnPlan:
     Py_ssize_t n_blocks
     int stat_threads          # the team of the statistics: a thread a block at most
     Py_ssize_t finish_pieces  # pieces of FINISH_COLS columns per tile (column_finish)
+    bint finish_with_sums     # one block of one sweep: each strip finished as the
+                              # next is summed (column_sums_finished)
     Py_ssize_t rows_per_sweep # rows of a tile that column_rows_stats keeps in L2
     Py_ssize_t rows_per_out   # output items: whole rows of an outer index
     Py_ssize_t n_out_blocks   #   in blocks, every tile of a row in turn
@@ -1435,6 +1437,43 @@ cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, P
         c = c + 1
 
 
+cdef void column_sums_finished(const ColumnPlan* p, const Tile* t, const char* xp, Py_ssize_t rs,
+                               double* mean, double* m2, in_t* ki) noexcept nogil:
+    """A tile whose rows are one block of one sweep (p.finish_with_sums):
+    its columns summed a strip at a time, each strip folded and finished
+    (column_finish_cols) once the next is summed, so that the divider's
+    work overlaps the next strip's sums.  The columns' bits are those of
+    the tile summed whole, then finished: each column's arithmetic is its
+    own, and the last piece (a strip and the columns left) ends at the
+    tile's last column as the tile does."""
+    cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X], strip = FN_NVC * FN_W
+    cdef Py_ssize_t lo = 0, hi, prev = -1
+    cdef Tile piece
+    while lo < t.width:
+        hi = t.width if t.width - lo < 2 * strip else lo + strip
+        piece = t[0]
+        piece.c0 = t.c0 + lo
+        piece.width = hi - lo
+        piece.pivot = t.pivot + lo
+        piece.shift = t.shift + lo
+        piece.scale = t.scale + lo
+        column_rows_stats(p, &piece, xp + lo * sx, rs, p.n_rows, 0, 0, mean + lo, m2 + lo, ki)
+        if prev >= 0:
+            column_fold_finish(p, t, prev, lo, mean, m2, ki)
+        prev = lo
+        lo = hi
+    column_fold_finish(p, t, prev, t.width, mean, m2, ki)
+
+
+cdef inline void column_fold_finish(const ColumnPlan* p, const Tile* t, Py_ssize_t lo, Py_ssize_t hi,
+                                    double* mean, double* m2, in_t* ki) noexcept nogil:
+    """Columns lo .. hi of a one-block tile summed: their shifted sums
+    (float16/float32) as moments, then finished."""
+    if in_t is not double:
+        fold_sums(hi - lo, t.shift + lo, p.n_rows, 0, mean + lo, m2 + lo, mean + lo, m2 + lo)
+    column_finish_cols(p, t, lo, hi)
+
+
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
     """The mean and M2 of the rows of one block, for every column of one
     tile (Welford; float16/float32: shifted sums, folded into moments every
@@ -1462,6 +1501,9 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
         m2[c] = 0.0
     odo_init(&row, p.L.red, p.L.n_red, r0)
     xp = col_ptr(p, &t, &row, OP_X)
+    if p.finish_with_sums:
+        column_sums_finished(p, &t, xp, rs, mean, m2, ki)
+        return
     if p.L.n_red == 1:
         k = 0
         while k < nr:
@@ -1501,10 +1543,18 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
     order, then finish each of its columns; pieces are independent, so a
     tile's are shared by the threads."""
     cdef Py_ssize_t group = item // p.finish_pieces
-    cdef Py_ssize_t lo = (item % p.finish_pieces) * FINISH_COLS, hi
+    cdef Py_ssize_t lo = (item % p.finish_pieces) * FINISH_COLS
     cdef Tile t
+    tile_of(p, group, &t)
+    column_finish_cols(p, &t, lo, min(t.width, lo + FINISH_COLS))
+
+
+cdef void column_finish_cols(const ColumnPlan* p, const Tile* tile, Py_ssize_t lo,
+                             Py_ssize_t hi) noexcept nogil:
+    """column_finish of columns lo .. hi of a tile."""
+    cdef Tile t = tile[0]
     cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
-    cdef double* first = p.state + group * p.n_blocks * p.state_stride
+    cdef double* first = p.state + t.group * p.n_blocks * p.state_stride
     cdef double* first_m2 = first + COL_TILE + PAD
     cdef double* mean
     cdef double* m2
@@ -1516,8 +1566,6 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
     cdef Coef co
     cdef Py_ssize_t off
     cdef int l
-    tile_of(p, group, &t)
-    hi = min(t.width, lo + FINISH_COLS)
     off = t.outer.off[OP_S] + t.c0 * sS
     if p.mode == MODE_GIVEN:
         for c in range(lo, hi):
@@ -1866,6 +1914,11 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     # fetch the next rows' heads alone.
     p.fetch_heads = (p.from_memory and PREFETCH_FILLS_L1 and L.n_red == 1
                      and way_apart(L.red[0].stride[OP_X]))
+    # A tile's rows one block of one sweep, equally spaced, in cache: each
+    # strip finished while the next is summed, in the same item (no other
+    # block to merge).
+    p.finish_with_sums = (mode != MODE_GIVEN and p.n_blocks == 1 and L.n_red == 1
+                          and p.rows_per_sweep >= p.n_rows and not p.from_memory)
     p.state = NULL
     p.coef32 = NULL
     p.ok32 = NULL
@@ -1892,7 +1945,7 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     cdef Py_ssize_t i, n_items, n_out_items, n_finish
     plan_columns(&p, L, R, mode, eps, has_y, ki, ko)
     n_items = p.n_groups * p.n_blocks
-    n_finish = p.n_groups * p.finish_pieces
+    n_finish = 0 if p.finish_with_sums else p.n_groups * p.finish_pieces
     n_out_items = p.n_outer * p.n_out_blocks
     p.coef = <double*>fn_malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if mode != MODE_GIVEN:
@@ -1986,7 +2039,7 @@ cdef dict column_plan_dict(const Layout* L, const Route* R, int mode, bint has_y
     plan_columns(&p, L, R, mode, 0.0, has_y, ki, ko)
     return {"tile_columns": min(<Py_ssize_t>COL_TILE, p.n_cols), "tiles": p.n_tiles,
             "row_blocks": p.n_blocks, "rows_per_block": p.rows_per_block,
-            "statistics_threads": p.stat_threads,
+            "statistics_threads": p.stat_threads, "finish_with_sums": bool(p.finish_with_sums),
             "sweep_rows": p.rows_per_sweep,
             "fetch_ahead": "heads" if p.fetch_heads else "sweeps" if p.from_memory else "none"}
 

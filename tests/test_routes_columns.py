@@ -38,7 +38,7 @@ from hypothesis import given, settings, strategies as st
 import fastnorm
 from fastnorm import _simd
 from hostile import at_the_end_of_memory
-from reference import OUT_TOL, assert_close, ref_layer_norm, ref_mean_var
+from reference import OUT_TOL, assert_bitwise, assert_close, ref_layer_norm, ref_mean_var
 from routes import assert_route
 
 LINE = 64
@@ -374,6 +374,29 @@ def test_statistics_take_a_thread_per_block_at_most(shape):
                 np.testing.assert_array_equal(a, b)
         finally:
             fastnorm.set_num_threads(None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 40), width=st.integers(2, 3 * 64 + 9),
+       dtype=st.sampled_from([np.float16, np.float32, np.float64]), seed=st.integers(0, 2**16))
+def test_a_columns_results_do_not_depend_on_its_neighbours(rows, width, dtype, seed):
+    # Rows that are one block of one sweep finish each strip of columns
+    # while the next is summed (finish_with_sums); a column's arithmetic is
+    # its own, so the columns shuffled give the same bits shuffled, whichever
+    # strip or edge each lands in, and both hold to the float64 reference.
+    x = values((rows, width), dtype, seed)
+    perm = np.random.default_rng(seed).permutation(width)
+    assert fastnorm.explain(fastnorm.layer_norm, x, axis=0)["columns"]["finish_with_sums"]
+    got = fastnorm.layer_norm(x, axis=0, return_stats=True)
+    moved = fastnorm.layer_norm(np.ascontiguousarray(x[:, perm]), axis=0, return_stats=True)
+    for a, b, what in zip(moved, got, ("y", "mean", "rstd")):
+        assert_bitwise(a, b[:, perm], what)
+    for a, b in zip(fastnorm.mean_var(np.ascontiguousarray(x[:, perm]), axis=0),
+                    fastnorm.mean_var(x, axis=0)):
+        assert_bitwise(a, b[perm], "mean_var")
+    ref = ref_layer_norm(x, (0,))[0]
+    assert_close(got[0], ref, 4.0 * OUT_TOL[np.dtype(dtype)] * (np.abs(ref) + 1.0), "layer_norm")
+    check_mean_var(x)
 
 
 def test_passes_do_not_depend_on_threads():
