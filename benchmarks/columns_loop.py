@@ -1,6 +1,6 @@
 """fastnorm's column statistics timed against a plain loop, in one process.
 
-    python -I benchmarks/columns_loop.py [--rounds 25] [SHAPE ...]
+    python -I benchmarks/columns_loop.py [--rounds 25] [--hot] [SHAPE ...]
 
 SHAPE is ROWSxCOLUMNS of a float32 x (default 8192x1024 4096x2048 8192x1000
 65536x256; columns a multiple of 8). ``benchmarks/columns_loop.c`` is
@@ -11,7 +11,8 @@ round times, on one thread, one call of each: ``fastnorm.mean_var(x,
 axis=0, out=...)``, the loops (the sweeps and row blocks of as many rows
 as ``fastnorm.explain`` reports for x) and ``np.copyto`` of
 x, each call after the same two copies of x, so that every one starts
-from the same caches. Printed per shape: each median time over the
+from the same caches (``--hot``: the best of three calls back to back, as
+benchmarks/compare.py times them). Printed per shape: each median time over the
 copy's, and in brackets the median round-by-round ratio over
 ``loop_plain``'s. x86-64 with AVX2 and FMA only; not an asv benchmark.
 """

@@ -1,6 +1,6 @@
 """fastnorm's layer norm over short rows timed against a plain loop, in one process.
 
-    python -I benchmarks/rows_loop.py [--rounds 15] [SHAPE ...]
+    python -I benchmarks/rows_loop.py [--rounds 15] [--hot] [SHAPE ...]
 
 SHAPE is ROWSxN of a float32 x (default 131072x32 8192x32 65536x64
 16384x24; N a multiple of 8, at most 64: the rows that fastnorm sums side
@@ -10,7 +10,8 @@ ctypes; its loops do layer norm with gain and bias a row at a time (its
 header lists them). Each round times, on one thread, one call of each:
 ``fastnorm.layer_norm(x, gamma, beta, out=...)``, the loops and
 ``np.copyto`` of x, each call after the same two copies of x, so that
-every one starts from the same caches. Printed per shape: each median time
+every one starts from the same caches (``--hot``: the best of three calls
+back to back, as benchmarks/compare.py times them). Printed per shape: each median time
 over the copy's, and in brackets the median round-by-round ratio over
 ``loop_order``'s, then the largest difference between fastnorm's y and
 the loops'. x86-64 with AVX2 and FMA only; not an asv benchmark.
