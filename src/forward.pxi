@@ -1448,10 +1448,9 @@ cdef void column_sums_finished(const ColumnPlan* p, const Tile* t, const char* x
     tile's last column as the tile does."""
     cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X], strip = FN_NVC * FN_W
     cdef Py_ssize_t lo = 0, hi, prev = -1
-    cdef Tile piece
+    cdef Tile piece = t[0]      # (copied once: a Tile holds an odometer)
     while lo < t.width:
         hi = t.width if t.width - lo < 2 * strip else lo + strip
-        piece = t[0]
         piece.c0 = t.c0 + lo
         piece.width = hi - lo
         piece.pivot = t.pivot + lo
@@ -1549,10 +1548,9 @@ cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
     column_finish_cols(p, &t, lo, min(t.width, lo + FINISH_COLS))
 
 
-cdef void column_finish_cols(const ColumnPlan* p, const Tile* tile, Py_ssize_t lo,
+cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
                              Py_ssize_t hi) noexcept nogil:
     """column_finish of columns lo .. hi of a tile."""
-    cdef Tile t = tile[0]
     cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
     cdef double* first = p.state + t.group * p.n_blocks * p.state_stride
     cdef double* first_m2 = first + COL_TILE + PAD
