@@ -193,12 +193,14 @@ def check_training(x_shape, axes, momentum, where=None):
     """batch_norm training's checks: (n, momentum), n the number of values
     per feature (not one; none is an empty batch), momentum a finite float.
     With a where= mask (as_where's bytes), no feature may have exactly one
-    selected value."""
+    selected value; a feature with none selected is an empty reduction,
+    whatever the batch's size.  A lazy (Dask) mask's counts are checked
+    where they are computed."""
     n = math.prod(x_shape[i] for i in axes)
-    if n == 1:
+    if n == 1 and where is None:
         raise ValueError(f"batch_norm training needs more than one value per feature, "
                          f"got n={n} (x.shape={tuple(x_shape)}, reduced axes {axes})")
-    if where is not None and n > 1:
+    if isinstance(where, np.ndarray) and n > 0:
         counts = np.count_nonzero(where.view(np.bool_), axis=axes)
         if np.any(counts == 1):
             raise ValueError("batch_norm training needs more than one selected value per "

@@ -133,7 +133,7 @@ def test_normalizers_where_match_reference(spec, kind, params, into):
             y, *stats = fastnorm.rms_norm(x, g, axis=axes, **kw)
         else:
             counts = np.count_nonzero(np.broadcast_to(where, x.shape), axis=axes)
-            if (counts == 1).any() or np.prod([x.shape[a] for a in axes]) == 1:
+            if (counts == 1).any():    # the selection's counts, not the batch's size
                 with pytest.raises(ValueError, match="more than one"):
                     fastnorm.batch_norm(x, g, b, axis=axes, **kw)
                 return
@@ -209,6 +209,22 @@ def test_a_feature_with_nothing_selected_keeps_its_running_statistics():
         fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0, where=where)
     assert rm[2] == 0.5 and rv[2] == 2.0
     assert rm[0] != 0.5 and rv[0] != 2.0
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("lazy", [False, True], ids=["numpy", "dask"])
+def test_nothing_selected_is_an_empty_batch_whatever_its_size(batch, lazy):
+    # A batch of one with nothing selected is no batch of one value.
+    x = np.arange(5.0 * batch).reshape(batch, 5)
+    rm, rv = np.full(5, 0.5), np.full(5, 2.0)
+    with pytest.warns(RuntimeWarning, match="empty slice"):
+        y = np.asarray(fastnorm.batch_norm(
+            pytest.importorskip("dask.array").from_array(x) if lazy else x,
+            running_mean=rm, running_var=rv, axis=0, where=np.zeros_like(x, bool)))
+    assert (y == 0).all() and (rm == 0.5).all() and (rv == 2.0).all()
+    with pytest.raises(ValueError, match="one selected value"):
+        fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0,
+                            where=np.arange(5 * batch).reshape(batch, 5) == 0)
 
 
 def test_a_fully_masked_slice_is_an_empty_reduction():

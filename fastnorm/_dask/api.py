@@ -140,7 +140,7 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
         rstd = rstd_of(var, eps)
         y = given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype, where)
     else:
-        n, momentum = check_training(x.shape, axes, momentum)
+        n, momentum = check_training(x.shape, axes, momentum, where)
         if running_mean is not None:
             for r, name in ((running_mean, "running_mean"), (running_var, "running_var")):
                 running_stat(r, name, x.shape, kept)
