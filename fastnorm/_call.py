@@ -48,17 +48,12 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
         return s0, s1, s2
     k = _simd.kernels
     mask, m, threads = reduced_mask(axes, x.ndim), k.MODES[mode], team_size()
-    if where is not None:
-        args = (x, where, y, gamma, beta, s0, s1, s2, count, mask, m, eps, threads)
-        if _explain.explaining and _explain.active():
-            _explain.kernel(k.masked_forward(*args, explain=True))
-        k.masked_forward(*args)
-        if given is None and (count == 0).any():
-            warn_empty()
-        return s0, s1, s2
     if _explain.explaining and _explain.active():
-        _explain.kernel(k.explain_forward(x, y, gamma, beta, s0, s1, s2, mask, m, threads, fresh))
-    k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh)
+        _explain.kernel(k.explain_forward(x, y, gamma, beta, s0, s1, s2, mask, m, threads, fresh,
+                                          where, count))
+    k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh, where, count)
+    if where is not None and given is None and (count == 0).any():
+        warn_empty()
     return s0, s1, s2
 
 

@@ -145,13 +145,23 @@ cdef inline void lanes_record_rms(fn_vd ms, fn_vd scale, const Layout* L, Py_ssi
 cdef inline Coef finish(Moments m, double pivot, int mode, double eps,
                         const Layout* L, Py_ssize_t off) noexcept nogil:
     """Turn a slice's moments into its statistics (written to the stat
-    arrays at byte offset off) and the coefficients that normalize it."""
+    arrays at byte offset off, with where= its count of selected values)
+    and the coefficients that normalize it.  A slice with nothing selected
+    is an empty reduction: NaN statistics."""
+    if L.stat[3] != NULL:
+        (<double*>(L.stat[3] + off))[0] = m.n
+    if m.n == 0.0:
+        m.mean = NAN
+        m.m2 = NAN
     return record(m, pivot, mode, L, off, rstd_of(m.m2 / m.n, pivot + m.mean, mode, eps))
 
 
 cdef inline Coef given(const Layout* L, Py_ssize_t off) noexcept nogil:
-    """A slice normalized with statistics the caller gives (mean, rstd)."""
+    """A slice normalized with statistics the caller gives (mean, rstd); with
+    where=, none of its values is counted (the statistics are not its own)."""
     cdef Coef c
+    if L.stat[3] != NULL:
+        (<double*>(L.stat[3] + off))[0] = 0.0
     c.pivot = 0.0
     c.shift = (<const double*>(L.stat[0] + off))[0]
     c.scale = (<const double*>(L.stat[1] + off))[0]

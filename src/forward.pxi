@@ -88,9 +88,26 @@ cdef inline void plan_runs(SlicePlan* p, const Layout* L, const Route* R) noexce
 
 
 cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) noexcept nogil:
+    """The pivot of slice s: from its first value, or with where= its first
+    selected one (an unselected value may be anything)."""
+    cdef const Layout* L = p.L
+    cdef const Axis* inner = &L.red[L.n_red - 1]
+    cdef Odometer r
+    cdef const unsigned char* m
+    cdef Py_ssize_t ri, j
     if p.mode == MODE_RMS:
         return 0.0               # block_moments sums squares of x itself
-    return pick_pivot(sload(p.L.base[OP_X] + s.off[OP_X], ki), ki)
+    if L.base[OP_M] == NULL:
+        return pick_pivot(sload(L.base[OP_X] + s.off[OP_X], ki), ki)
+    odo_init(&r, L.red, L.n_red - 1, 0)
+    for ri in range(p.n_runs):
+        m = <const unsigned char*>run_start(p, s, &r, OP_M)
+        for j in range(p.run_len if inner.stride[OP_M] != 0 else 1):
+            if m[j * inner.stride[OP_M]]:
+                return pick_pivot(sload(run_start(p, s, &r, OP_X) + j * inner.stride[OP_X], ki),
+                                  ki)
+        odo_next(&r, L.red, L.n_red - 1)
+    return 0.0
 
 
 cdef inline const char* stat_block(const SlicePlan* p, const char* run, Py_ssize_t stride,
@@ -114,8 +131,12 @@ cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const O
     """The moments of block b of statistics run r of slice s; contiguous
     data fetches ahead up to ahead_end (NULL: to the end of the run)."""
     cdef Py_ssize_t stride = p.L.red[p.L.n_red - 1].stride[OP_X], n
+    cdef Py_ssize_t sm = p.L.red[p.L.n_red - 1].stride[OP_M]
     cdef const char* run = run_start(p, s, r, OP_X)
     cdef const char* x = stat_block(p, run, stride, b, &n)
+    if p.L.base[OP_M] != NULL:
+        return selected_moments(x, stride, <const unsigned char*>run_start(p, s, r, OP_M)
+                                + b * CHUNK * sm, sm, n, pivot, p.mode == MODE_RMS, ki)
     return run_moments(x, stride, n, pivot, stat_ahead_end(p, run, stride, ahead_end),
                        p.mode == MODE_RMS, ki)
 
@@ -155,7 +176,7 @@ cdef inline bint run_f32(const SlicePlan* p, const Odometer* s, const Odometer* 
     return True
 
 
-cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
+cdef inline void out_all(const SlicePlan* p, const Odometer* s, const Odometer* r,
                          Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead, bint down,
                          in_t* ki, out_t* ko) noexcept nogil:
     """The output of values start .. start + n of run r of slice s: the
@@ -194,6 +215,34 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
             return
     affine_d(c, 1.0, 0.0, &m, &k2, &k0)
     fn_strided(x, sx, tcode(ki), y, sy, ocode(ko), g, sg, b, sb, n, m, k2, k0)
+
+
+cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
+                         Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead, bint down,
+                         in_t* ki, out_t* ko) noexcept nogil:
+    """The output of values start .. start + n of run r of slice s (out_all);
+    with where=, of those selected, each stretch of them one piece."""
+    cdef Py_ssize_t sm, j, e
+    cdef const unsigned char* m
+    if p.L.base[OP_M] == NULL:
+        out_all(p, s, r, start, n, c, ahead, down, ki, ko)
+        return
+    sm = p.L.red[p.L.n_red - 1].stride[OP_M]
+    m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
+    if sm == 0:
+        if m[0]:
+            out_all(p, s, r, start, n, c, NULL, False, ki, ko)
+        return
+    j = 0
+    while j < n:
+        if not m[j * sm]:
+            j = j + 1
+            continue
+        e = j + 1
+        while e < n and m[e * sm]:
+            e = e + 1
+        out_all(p, s, r, start + j, e - j, c, NULL, False, ki, ko)
+        j = e
 
 
 ctypedef fused table_t:
@@ -2169,6 +2218,8 @@ cdef int forward_run(const Layout* L, const Route* R, int mode, double eps, bint
         return channels_forward(L, R, mode, eps, has_y, ki, ko)
     if R.way == WAY_IMAGES:
         return images_forward(L, R, mode, eps, ki, ko)
+    if R.way == WAY_MASKED:
+        return masked_run(L, R.threads, mode, eps, has_y, ki, ko)
     return slices_forward(L, R, mode, eps, has_y, ki, ko)
 
 

@@ -89,7 +89,8 @@ WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "maske
 
 
 cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s1, s2,
-                       tuple reduced, int mode, int nthreads, bint fresh) except -1:
+                       tuple reduced, int mode, int nthreads, bint fresh, where=None,
+                       count=None) except -1:
     """The layout and the route of a forward call (see forward)."""
     cdef bint has_y = y is not None
     cdef int xt = type_code(x), yt = xt
@@ -98,11 +99,16 @@ cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s
     if (s0 is None or s1 is None) and (s0 is not s1 or s2 is not None or not has_y
                                        or mode == MODE_GIVEN or mode == MODE_STATS):
         raise ValueError("fastnorm: statistics arrays are needed here")
+    if where is not None and (cnp.PyArray_ITEMSIZE(<cnp.ndarray>where) != 1
+                              or (<cnp.ndarray>where).ndim != x.ndim
+                              or s0 is None or count is None):
+        raise ValueError("fastnorm: a mask is one byte an element, of x's dimensions, "
+                         "with statistics arrays and a count")
     if has_y:
         yt = type_code(y)
         y_bytes = cnp.PyArray_NBYTES(<cnp.ndarray>y)
         y_contiguous = cnp.PyArray_IS_C_CONTIGUOUS(y) or cnp.PyArray_IS_F_CONTIGUOUS(y)
-    make_layout(L, x, (y, gamma, beta, s0, s1, s2), reduced)
+    make_layout(L, x, (y, gamma, beta, s0, s1, s2), reduced, count, where)
     # Absent parameters read as a broadcast 1 (gamma) and 0 (beta).
     if gamma is None:
         L.base[OP_G] = <char*>&fn_one
@@ -148,12 +154,13 @@ cdef int forward_typed(const Layout* L, const Route* R, int mode, double eps, bi
 
 
 cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
-                     double eps, int nthreads, bint fresh) except -1:
+                     double eps, int nthreads, bint fresh, where=None, count=None) except -1:
     cdef Layout L
     cdef Route R
     cdef int rc, in_code = type_code(x), out_code = in_code
     cdef bint has_y = y is not None
-    forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
+    forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh,
+                  where, count)
     if has_y:
         out_code = type_code(y)
     start_call(&R, x, y)
@@ -168,7 +175,7 @@ cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, i
 
 
 def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, double eps,
-            int nthreads, bint fresh=False):
+            int nthreads, bint fresh=False, where=None, count=None):
     """One forward call: x (float16/32/64, aligned, native byte order); y an
     output of x's shape or None; gamma, beta float64 arrays of x.ndim
     dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
@@ -176,9 +183,13 @@ def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, 
     the caller wants y alone (modes 'center' and 'rms'), and s2 a third one
     for the variance (mode 'center') or None; reduced a tuple of bools, one
     per axis of x; fresh: y was just allocated (its pages not yet touched).
-    Nothing is copied."""
+    where: the values it selects alone (bytes, nonzero: selected; x.ndim
+    dimensions, each x's size or 1), count then a float64 statistics array
+    for each slice's number of them; y is written there alone.  Nothing is
+    copied."""
     fn_clean_upper()
-    run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh)
+    run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh, where,
+                count)
 
 
 cdef dict route_dict(const Route* R, const Layout* L):
@@ -191,7 +202,7 @@ cdef dict route_dict(const Route* R, const Layout* L):
 
 
 def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
-                    int nthreads, bint fresh=False):
+                    int nthreads, bint fresh=False, where=None, count=None):
     """The route forward() would take with these arguments, as a dict;
     nothing is run."""
     fn_clean_upper()
@@ -199,11 +210,12 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     cdef Route R
     cdef dict route
     cdef int xt = type_code(x), yt = xt if y is None else type_code(y)
-    forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh)
+    forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh,
+                  where, count)
     route = route_dict(&R, &L)
     route["runs_fetch"] = runs_fetch_of(&L, &R, mode)
     route["next_fetch"] = next_fetch_of(&L, &R, mode, y is not None, code_size(xt))
-    if R.pattern == COLUMNS:
+    if R.way == WAY_TILES:
         if xt == 0:
             route["columns"] = column_plan_in(&L, &R, mode, y is not None, yt, <half_t*>NULL)
         elif xt == 1:
@@ -211,43 +223,6 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
         else:
             route["columns"] = column_plan_in(&L, &R, mode, y is not None, yt, <double*>NULL)
     return route
-
-
-def masked_forward(cnp.ndarray x, cnp.ndarray where, y, gamma, beta, s0, s1, s2, count,
-                   tuple reduced, int mode, double eps, int nthreads, bint explain=False):
-    """A forward call over the values where `where` is nonzero (forward's
-    arguments, plus where: bytes (bool), x.ndim dimensions each x's size or
-    1, and count: a float64 statistics array for each slice's number of
-    selected values).  y is written at the selected positions alone.
-    explain: return the route as a dict instead of running it."""
-    fn_clean_upper()
-    cdef Layout L
-    cdef Route R
-    cdef int rc, in_code = type_code(x), out_code = in_code
-    cdef bint has_y = y is not None
-    if cnp.PyArray_ITEMSIZE(where) != 1 or where.ndim != x.ndim:
-        raise ValueError("fastnorm: the mask is one byte an element, of x's dimensions")
-    if s0 is None or s1 is None or count is None:
-        raise ValueError("fastnorm: statistics arrays are needed here")
-    make_layout(&L, x, (y, gamma, beta, s0, s1, s2), reduced, count, where)
-    if gamma is None:
-        L.base[OP_G] = <char*>&fn_one
-    if beta is None:
-        L.base[OP_B] = <char*>&fn_zero_value
-    if has_y:
-        out_code = type_code(y)
-    route_masked(&R, &L, nthreads, y.nbytes if has_y else 0)
-    if explain:
-        return route_dict(&R, &L)
-    with nogil:
-        if in_code == 0:
-            rc = masked_run_in(&L, R.threads, mode, eps, has_y, out_code, <half_t*>NULL)
-        elif in_code == 1:
-            rc = masked_run_in(&L, R.threads, mode, eps, has_y, out_code, <float*>NULL)
-        else:
-            rc = masked_run_in(&L, R.threads, mode, eps, has_y, out_code, <double*>NULL)
-    if rc != 0:
-        raise MemoryError("fastnorm: could not allocate scratch memory")
 
 
 def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,

@@ -1,10 +1,10 @@
-# The masked schedule (where=): statistics over the selected values of each
-# slice and the output at the selected positions alone, in the layout's own
-# order (plan.pxd), x read once for the statistics and once for the output,
-# nothing copied.  SLICES walk each slice's runs; COLUMNS walk a tile of
-# columns row by row, each column with its own state.
+# where= on the COLUMNS pattern (SLICES take the mask in their own
+# schedules): statistics over the selected values of each column and the
+# output at the selected positions alone, x read once for the statistics
+# and once for the output, nothing copied: a tile of columns walked row by
+# row, each column with its own state.
 #
-# The selected values of a slice come in any pattern, so lanes cannot share
+# The selected values of a column come in any pattern, so lanes cannot share
 # one count: a slice's values (x - pivot, the pivot as in moments.pxd) go
 # into shifted sums of MASK_BLOCK selected values (a subtraction and an FMA a
 # value, no division), each block folded into the slice's moments with
@@ -74,11 +74,6 @@ cdef inline Coef state_finish(MaskedState* s, int mode, double eps, const Layout
     the stat arrays, and its coefficients.  A slice with no selected value
     is an empty reduction: NaN statistics, and no position to write."""
     block_flush(s)
-    if s.acc.n == 0.0:
-        s.acc.mean = NAN
-        s.acc.m2 = NAN
-    if L.stat[3] != NULL:
-        (<double*>(L.stat[3] + off))[0] = s.acc.n
     if mode == MODE_GIVEN:
         return given(L, off)
     return finish(s.acc, s.pivot, mode, eps, L, off)
@@ -102,46 +97,6 @@ cdef inline void masked_out(char* y, double v, const Affine* a, double g, double
     """One selected output, the mean in two parts as the double output pass
     takes it."""
     sstore(y, ((v - a.m) * a.k2 + a.k0) * g + b, ko)
-
-
-cdef void masked_slice(const Layout* L, Py_ssize_t si, int mode, double eps, bint has_y,
-                       in_t* ki, out_t* ko) noexcept nogil:
-    """SLICES: slice si's statistics, then its selected outputs."""
-    cdef Odometer s, r
-    cdef MaskedState st
-    cdef Affine c
-    cdef const Axis* inner = &L.red[L.n_red - 1]
-    cdef Py_ssize_t n_runs = L.slice_len // inner.size, ri, j
-    cdef const char* px
-    cdef const char* pm
-    cdef const char* pg
-    cdef const char* pb
-    cdef char* py
-    cdef int phase
-    odo_init(&s, L.kept, L.n_kept, si)
-    state_init(&st)
-    for phase in range(2 if has_y else 1):
-        odo_init(&r, L.red, L.n_red - 1, 0)
-        for ri in range(n_runs):
-            px = L.base[OP_X] + s.off[OP_X] + r.off[OP_X]
-            pm = L.base[OP_M] + s.off[OP_M] + r.off[OP_M]
-            if phase == 0:
-                for j in range(inner.size if mode != MODE_GIVEN else 0):
-                    if pm[j * inner.stride[OP_M]]:
-                        state_add(&st, sload(px + j * inner.stride[OP_X], ki), ki)
-            else:
-                py = L.base[OP_Y] + s.off[OP_Y] + r.off[OP_Y]
-                pg = L.base[OP_G] + s.off[OP_G] + r.off[OP_G]
-                pb = L.base[OP_B] + s.off[OP_B] + r.off[OP_B]
-                for j in range(inner.size):
-                    if pm[j * inner.stride[OP_M]]:
-                        masked_out(py + j * inner.stride[OP_Y],
-                                   sload(px + j * inner.stride[OP_X], ki), &c,
-                                   (<const double*>(pg + j * inner.stride[OP_G]))[0],
-                                   (<const double*>(pb + j * inner.stride[OP_B]))[0], ko)
-            odo_next(&r, L.red, L.n_red - 1)
-        if phase == 0:
-            c = affine_of(state_finish(&st, mode, eps, L, s.off[OP_S]))
 
 
 cdef int masked_columns(const Layout* L, Py_ssize_t item, int mode, double eps, bint has_y,
@@ -201,7 +156,7 @@ cdef int masked_columns(const Layout* L, Py_ssize_t item, int mode, double eps, 
 
 
 cdef Py_ssize_t masked_items(const Layout* L) noexcept nogil:
-    """Work items of a masked call: slices, or tiles of columns."""
+    """Work items of a masked call: slices (gradients), or tiles of columns."""
     cdef Py_ssize_t cols
     if not L.columns:
         return L.n_slices
@@ -210,25 +165,13 @@ cdef Py_ssize_t masked_items(const Layout* L) noexcept nogil:
 
 
 cdef int masked_run(const Layout* L, int nthreads, int mode, double eps, bint has_y,
-                        in_t* ki, out_t* ko) noexcept nogil:
+                    in_t* ki, out_t* ko) noexcept nogil:
+    """A forward call with where= on the COLUMNS pattern, tile by tile."""
     cdef Py_ssize_t item, n_items = masked_items(L)
     cdef int failed = 0
-    if not L.columns:
-        for item in prange(n_items, num_threads=nthreads, schedule="guided"):
-            masked_slice(L, item, mode, eps, has_y, ki, ko)
-        return 0
     for item in prange(n_items, num_threads=nthreads, schedule="dynamic", chunksize=1):
         failed += masked_columns(L, item, mode, eps, has_y, ki, ko) != 0
     return -1 if failed else 0
-
-
-cdef int masked_run_in(const Layout* L, int nthreads, int mode, double eps, bint has_y,
-                           int out_code, in_t* ki) noexcept nogil:
-    if out_code == 0:
-        return masked_run(L, nthreads, mode, eps, has_y, ki, <half_t*>NULL)
-    if out_code == 1:
-        return masked_run(L, nthreads, mode, eps, has_y, ki, <float*>NULL)
-    return masked_run(L, nthreads, mode, eps, has_y, ki, <double*>NULL)
 
 
 # ---------------------------------------------------------------------------

@@ -25,7 +25,10 @@
 # update waits for four dependent operations.
 
 from simd cimport *
-from plan cimport AHEAD_ROWS, FN_NV, FN_NVC, ROW_ACCS, SIDE_ROW_VECTORS, STATS_AHEAD
+from libc.stdint cimport uint64_t
+from libc.string cimport memcpy
+from plan cimport (AHEAD_ROWS, FN_NV, FN_NVC, MASK_PIECE, MASK_PIECE_F64, ROW_ACCS,
+                   SIDE_ROW_VECTORS, STATS_AHEAD)
 from fetch cimport Ahead, ahead_lines, ahead_piece, ahead_steps, fetch_lines
 
 cdef struct Moments:
@@ -299,6 +302,134 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
     else:
         lanes_steps(&t, x, stride, 0, n // (FN_NV * FN_W), pivot, squares, kind)
     return run_end(&t, x, stride, n, pivot, squares, kind)
+
+
+# ---------------------------------------------------------------------------
+# The selected values of a run (where=): x beside its mask's bytes, read a
+# piece at a time (mask_piece).  A stretch of whole pieces selected is an
+# ordinary run (run_moments), a piece with nothing selected is skipped, and
+# in the others each lane adds its value where its byte is set (+0.0
+# elsewhere, whatever x holds there): shifted sums about the piece's first
+# selected value, one merge a piece.
+
+cdef inline int mask_piece(const unsigned char* m, Py_ssize_t n) noexcept nogil:
+    """Of the n > 0 bytes at m: 0 none set, 1 every one set, 2 some."""
+    cdef uint64_t w, some = 0, unset = 0
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        memcpy(&w, m + i, 8)
+        some = some | w
+        # a byte of w is 0 (the classic test: its high bit survives)
+        unset = unset | ((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080)
+        i = i + 8
+    while i < n:
+        some = some | m[i]
+        unset = unset | (m[i] == 0)
+        i = i + 1
+    return 1 if unset == 0 else (2 if some != 0 else 0)
+
+
+cdef inline Moments selected_runs(const char* x, Py_ssize_t sx, const unsigned char* m,
+                                  Py_ssize_t sm, Py_ssize_t n, double pivot, bint squares,
+                                  in_t* kind) noexcept nogil:
+    """The moments of the selected values among n of x (sx bytes apart, their
+    mask bytes sm apart), each stretch of them an ordinary run, merged in
+    order: strided data, and pieces whose shifted sums are not finite."""
+    cdef Moments acc = moments_empty(), part
+    cdef Py_ssize_t j = 0, e
+    while j < n:
+        if not m[j * sm]:
+            j = j + 1
+            continue
+        e = j + 1
+        while e < n and m[e * sm]:
+            e = e + 1
+        part = run_moments(x + j * sx, sx, e - j, pivot, NULL, squares, kind)
+        moments_merge(&acc, &part)
+        j = e
+    return acc
+
+
+cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssize_t n,
+                                   double pivot, bint squares, in_t* kind) noexcept nogil:
+    """The moments of the selected values among n contiguous ones, some
+    selected: sums of d = (x - pivot) - c and d * d, c the first selected
+    value (0 with `squares`: sums of x**2), lane by lane where the mask's
+    bytes are set.  They cancel at most log2(n + 1) bits (the top of this
+    file); sums that are not finite are redone run by run (selected_runs)."""
+    cdef fn_vd s = fn_zero(), q = fn_zero(), k = fn_zero(), one = fn_set1(1.0), d, sel
+    cdef fn_vd piv = fn_set1(pivot), cv
+    cdef Py_ssize_t w = sizeof(in_t), j = 0, body = n - n % FN_W
+    cdef double c = 0.0, ts = 0.0, tq = 0.0, tk = 0.0, dv, s1, s2, cnt
+    cdef Moments out
+    if not squares:
+        while not m[j]:
+            j = j + 1
+        c = sload(x + j * w, kind) - pivot
+    cv = fn_set1(c)
+    j = 0
+    while j < body:
+        sel = fn_bytes_mask(m + j)
+        d = fn_masked(fn_sub(shifted(vload(x + j * w, w, kind), piv, kind), cv), sel)
+        s = fn_add(s, d)
+        q = fn_fma(d, d, q)
+        k = fn_add(k, fn_masked(one, sel))
+        j = j + FN_W
+    while j < n:
+        if m[j]:
+            dv = (sload(x + j * w, kind) - pivot) - c
+            ts = ts + dv
+            tq = tq + dv * dv
+            tk = tk + 1.0
+        j = j + 1
+    s1 = fn_hsum(s) + ts
+    s2 = fn_hsum(q) + tq
+    cnt = fn_hsum(k) + tk
+    if s2 - s2 != 0.0 or s1 - s1 != 0.0:
+        return selected_runs(x, w, m, 1, n, pivot, squares, kind)
+    out.n = cnt
+    if squares:
+        out.mean = 0.0
+        out.m2 = s2
+    else:
+        out.mean = c + s1 / cnt
+        out.m2 = max(s2 - s1 * s1 / cnt, 0.0)
+    return out
+
+
+cdef inline Moments selected_moments(const char* x, Py_ssize_t sx, const unsigned char* m,
+                                     Py_ssize_t sm, Py_ssize_t n, double pivot, bint squares,
+                                     in_t* kind) noexcept nogil:
+    """run_moments over the values of the run that its mask selects (m:
+    the mask's byte of x's first value, sm its stride; 0: the whole run
+    selected or not), in pieces merged in order: the result depends on the
+    data and the mask alone."""
+    cdef Moments acc = moments_empty(), part
+    cdef Py_ssize_t w = sizeof(in_t), j = 0, e, b
+    cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
+    cdef int k
+    if sm == 0:
+        if m[0]:
+            return run_moments(x, sx, n, pivot, NULL, squares, kind)
+        return acc
+    if sx != w or sm != 1:
+        return selected_runs(x, sx, m, sm, n, pivot, squares, kind)
+    while j < n:
+        b = min(piece, n - j)
+        k = mask_piece(m + j, b)
+        if k == 1:
+            e = j + b
+            while e < n and mask_piece(m + e, min(piece, n - e)) == 1:
+                e = e + min(piece, n - e)
+            part = run_moments(x + j * w, w, e - j, pivot, NULL, squares, kind)
+            moments_merge(&acc, &part)
+            j = e
+            continue
+        if k == 2:
+            part = selected_lanes(x + j * w, m + j, b, pivot, squares, kind)
+            moments_merge(&acc, &part)
+        j = j + b
+    return acc
 
 
 cdef inline void run_deviations(const char* x, Py_ssize_t body, fn_vd piv, fn_vd mu,

@@ -75,6 +75,8 @@ cdef extern from "tuning.h":
         G32_MAX "FN_G32_MAX"
         FOLD_CHUNK "FN_FOLD_CHUNK"
         MASK_BLOCK "FN_MASK_BLOCK"
+        MASK_PIECE "FN_MASK_PIECE"
+        MASK_PIECE_F64 "FN_MASK_PIECE_F64"
         MASK_GRAD_BLOCKS "FN_MASK_GRAD_BLOCKS"
         MASK_GRAD_PARTIAL_BYTES "FN_MASK_GRAD_PARTIAL_BYTES"
 
@@ -632,10 +634,13 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     cdef Py_ssize_t isz = code_size(xt), run_len, n_runs = 1, row_bytes
     cdef Py_ssize_t cached_bytes, cached_row, stat_bytes
     cdef const Axis* inner
-    cdef bint contiguous, f32
+    cdef bint contiguous, f32, masked = L.base[OP_M] != NULL
     cdef int a
     route_init(R, L, nthreads, fresh, y_bytes)
-    R.stream = has_y and stream_output(L, y_bytes, STREAM_MIN_BYTES, fresh)
+    # where=: y is written at the selected values alone, stretch by stretch
+    # (never streamed), and only the schedules that walk runs one by one
+    # take a mask (the whole slice or its blocks; columns, their own walk).
+    R.stream = has_y and not masked and stream_output(L, y_bytes, STREAM_MIN_BYTES, fresh)
     R.descend = R.stream and fresh
     R.fault_in = R.descend and R.threads > 1 and y_contiguous
     R.guided = True
@@ -643,7 +648,7 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     R.batch = SHORT_BATCH
     if L.columns:
         R.pattern = COLUMNS
-        R.way = WAY_TILES
+        R.way = WAY_MASKED if masked else WAY_TILES
         R.fold = True
         for a in range(L.n_red):
             if L.red[a].stride[OP_G] != 0 or L.red[a].stride[OP_B] != 0:
@@ -657,7 +662,7 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     # Runs of a few values, their channels a block between reduced axes:
     # statistics of float16/float32 data (exact as column means), or any
     # data's output with the statistics given, go as columns.
-    if (mode != MODE_RMS and (xt != 2 or mode == MODE_GIVEN)
+    if (not masked and mode != MODE_RMS and (xt != 2 or mode == MODE_GIVEN)
             and channels_fit(L, isz, FORWARD_COLUMN_BYTES, x_bytes, OP_Y if has_y else -1,
                              code_size(yt))):
         R.images_out = (has_y and xt == yt and xt != 0 and L.red[0].size > 1
@@ -687,7 +692,7 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         R.b_table = f32 and inner.stride[OP_B] != 0
     # Runs that differ only in gain or bias (channels of a group): the
     # slice's statistics go as one run, the runs' output one call a slice.
-    R.flat = n_runs > 1 and slice_is_block(L, OP_X, isz)
+    R.flat = not masked and n_runs > 1 and slice_is_block(L, OP_X, isz)
     R.runs_out = (R.flat and has_y and xt == yt and xt != 0 and slice_is_block(L, OP_Y, isz)
                   and inner.stride[OP_G] == 0 and inner.stride[OP_B] == 0
                   and row_bytes <= SHORT_ROW_BYTES and not R.descend
@@ -707,20 +712,22 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         # whole groups of FN_W rows (a group of fewer costs as much)
         R.batch = min(<Py_ssize_t>SHORT_BATCH,
                       max(<Py_ssize_t>FN_W, CACHED_BATCH_BYTES // stat_bytes // FN_W * FN_W))
-    R.short_runs = (n_runs > 1 and not R.flat and mode != MODE_GIVEN
+    R.short_runs = (not masked and n_runs > 1 and not R.flat and mode != MODE_GIVEN
                     and run_len >= SHORT_RUN_MIN and row_bytes <= SHORT_ROW_BYTES
                     and contiguous)
     # Interleaved slices go image by image (float32 through the float32
     # pass with one gain a slice, float64 in and out).
-    if has_y and n_runs > 1 and xt == yt and (
+    if not masked and has_y and n_runs > 1 and xt == yt and (
             (xt == 1 and R.f32 and not R.g_table and not R.b_table and run_len >= FN_WF)
             or (xt == 2 and run_len >= FN_W)) and images_fit(L, (1 << OP_X) | (1 << OP_Y), (1 << OP_G) | (1 << OP_B), isz, 1):
         R.pattern = IMAGES
         R.way = WAY_IMAGES
         return 0
     R.pattern = SLICES
-    if ((n_runs == 1 or R.flat) and L.slice_len >= SHORT_ROW_MIN and stat_bytes <= R.row_max
-            and contiguous):
+    if masked:
+        R.way = WAY_WHOLE if R.threads <= 1 or L.n_slices >= 2 * R.threads else WAY_SPLIT
+    elif ((n_runs == 1 or R.flat) and L.slice_len >= SHORT_ROW_MIN
+          and stat_bytes <= R.row_max and contiguous):
         R.way = WAY_ROWS
         # Rows that follow each other, gain and bias the same for every row:
         # one pass over the item's rows (float32 and float64 in and out).

@@ -418,6 +418,29 @@ static inline fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
 #endif
 }
 
+/* The lane mask of FN_W where= bytes: lanes whose byte is nonzero. */
+static inline fn_vd fn_bytes_mask(const unsigned char *m)
+{
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__AVX512F__)
+    __m512i b = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)m));
+    return (fn_vd)_mm512_castsi512_pd(
+        _mm512_maskz_set1_epi64(_mm512_test_epi64_mask(b, b), -1));
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__AVX2__)
+    int32_t four;
+    memcpy(&four, m, 4);
+    __m256i b = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four));
+    __m256i none = _mm256_cmpeq_epi64(b, _mm256_setzero_si256());
+    return (fn_vd)_mm256_castsi256_pd(_mm256_xor_si256(none, _mm256_set1_epi64x(-1)));
+#else
+    uint64_t bits[FN_W];
+    fn_vd r;
+    for (int l = 0; l < FN_W; l++)
+        bits[l] = m[l] ? ~(uint64_t)0 : 0;
+    memcpy(&r, bits, sizeof r);
+    return r;
+#endif
+}
+
 #if defined(__GNUC__) || defined(__clang__)
 #define FN_PREFETCH(p, locality) __builtin_prefetch((p), 0, (locality))
 #else

@@ -27,6 +27,7 @@ cdef extern from "simd.h" nogil:
     fn_vd fn_lane_mask(Py_ssize_t lo, Py_ssize_t hi)
     fn_vd fn_masked(fn_vd a, fn_vd mask)
     fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
+    fn_vd fn_bytes_mask(const unsigned char* m)
     bint fn_all_between(fn_vd a, double lo, double hi)
     fn_vd fn_hsum_rows(const fn_vd* v)
     double fn_hsum(fn_vd a)

@@ -86,9 +86,15 @@ static fn_tuning_t fn_tuning;
 /* Values per Welford block along a run: the work item when a few long
  * slices are split across threads. */
 #define FN_CHUNK 4096
-/* Selected values per shifted-sums block of a masked (where=) slice: the
+/* Selected values per shifted-sums block of a masked (where=) column: the
  * sums cancel at most log2(33) = 5 bits, the block costs one division. */
 #define FN_MASK_BLOCK 32
+/* A where= mask along a run is read in pieces of this many bytes: whole
+ * pieces selected join the ordinary loops, the others take shifted sums
+ * lane by lane (at most log2(257) = 8 bits of float64's 53 cancelled;
+ * float64 data: 64, 6 bits), each piece one merge. */
+#define FN_MASK_PIECE 256
+#define FN_MASK_PIECE_F64 64
 /* Blocks of a masked gradient's items, each summing its own parameter
  * gradients: enough for the threads, within this many bytes of partials. */
 #define FN_MASK_GRAD_BLOCKS 64

@@ -275,11 +275,26 @@ def test_bad_where_is_refused(func, where, exc, match):
         func(x, where)
 
 
-def test_explain_names_the_masked_route():
-    x = np.ones((64, 33), np.float32)
-    for axis, pattern in ((1, "slices"), (0, "columns")):
-        route = fastnorm.explain(fastnorm.layer_norm, x, axis=axis, where=x > 0)
-        assert route["schedule"] == "masked" and route["pattern"] == pattern
+@pytest.mark.parametrize("shape, axis, threads, route", [
+    # slices: the whole slice a thread, or a few long slices in blocks
+    ((64, 33), 1, 1, ("slices", "whole")),
+    ((64, 33), 1, 2, ("slices", "whole")),
+    ((2, 1 << 20), 1, 2, ("slices", "split")),
+    ((8, 16, 40, 40), (0, 2, 3), 1, ("slices", "whole")),
+    # columns: their own walk, tile by tile
+    ((64, 33), 0, 1, ("columns", "masked")),
+])
+def test_masked_calls_take_the_slices_schedules(shape, axis, threads, route):
+    # A mask never takes a route that groups rows, images or channels, and
+    # its output is never streamed: those passes write every position.
+    x = np.ones(shape, np.float32)
+    fastnorm.set_num_threads(threads)
+    try:
+        got = fastnorm.explain(fastnorm.layer_norm, x, axis=axis, where=x > 0)
+    finally:
+        fastnorm.set_num_threads(None)
+    assert (got["pattern"], got["schedule"]) == route
+    assert not got["streams"] and not got["rows_pass"]
 
 
 def reference_grads(dy, x, axes, where, kind, g):
