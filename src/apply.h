@@ -141,6 +141,16 @@ FN_AI fn_vf32 fn_own_f(ptrdiff_t k)
     return (fn_vf32)(lane < (int32_t)k);
 }
 
+/* The lane mask of FN_WF where= bytes: lanes whose byte is nonzero. */
+FN_AI fn_vf32 fn_bytes_mask_f(const unsigned char *m)
+{
+    typedef int32_t vi __attribute__((vector_size(FN_VBYTES)));
+    vi b;
+    for (int l = 0; l < FN_WF; l++)
+        b[l] = m[l];
+    return (fn_vf32)(b != 0);
+}
+
 FN_AI fn_vf32 fn_fselect(fn_vf32 mask, fn_vf32 a, fn_vf32 b)
 {
     typedef int32_t vi __attribute__((vector_size(FN_VBYTES)));
@@ -181,6 +191,7 @@ enum { FN_PLAIN = 0, FN_GAIN = 1, FN_GRAD = 2 };
 #define FN_ST1 fn_st1_f
 #define FN_OWN fn_own_f
 #define FN_SELECT fn_fselect
+#define FN_BYTES_MASK fn_bytes_mask_f
 #include "apply_t.h"
 #endif
 
@@ -200,6 +211,7 @@ enum { FN_PLAIN = 0, FN_GAIN = 1, FN_GRAD = 2 };
 #define FN_ST1 fn_st1_d
 #define FN_OWN fn_own_d
 #define FN_SELECT fn_select
+#define FN_BYTES_MASK fn_bytes_mask
 #include "apply_t.h"
 
 /* ---- any strides, one value at a time ----------------------------- */

@@ -44,11 +44,14 @@ FN_AI void FN_S(fn_fetch)(const void *x, int xt, const char *ahead, ptrdiff_t i,
  *   FN_GRAD   (x - m) k2 + k0 + dy[i] k1 g[i gi]      g: gamma along the run (k1 = rstd),
  *                                                    or gi 0 and g[0] = 1 (k1 whole)
  * down: the last value first.  ahead (dy_ahead: dy's) NULL, or what to
- * fetch as the run is written (fn_fetch). */
+ * fetch as the run is written (fn_fetch).  sel (where=) NULL, or a byte a
+ * value: y is written where it is nonzero alone (a vector of mixed lanes
+ * blends y's own values back). */
 FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, ptrdiff_t n,
                         FN_C m, FN_C k2, FN_C k0, FN_C k1, const FN_C *g, ptrdiff_t gi,
                         const FN_C *b, ptrdiff_t bi, const int kind, int stream, int down,
-                        const char *ahead, const char *dy_ahead, ptrdiff_t dist)
+                        const char *ahead, const char *dy_ahead, ptrdiff_t dist,
+                        const unsigned char *sel)
 {
     ptrdiff_t i, head, body;
     FN_V vm = FN_SET1(m), v2 = FN_SET1(k2), v0 = FN_SET1(k0), v1 = FN_SET1(k1), t;
@@ -60,6 +63,8 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
     body = head + (n - head) / FN_VW * FN_VW;
 #define FN_RUN_ONE(i)                                                            \
     do {                                                                         \
+        if (sel != NULL && !sel[i])                                              \
+            break;                                                               \
         s = FN_S(fn_map1)(FN_LD1(x, xt, i), m, k2, k0);                          \
         if (kind == FN_GAIN)                                                     \
             s = s * g[(i) * gi] + b[(i) * bi];                                   \
@@ -75,6 +80,8 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
         else if (kind == FN_GRAD)                                                \
             t = FN_FMA(FN_VLD(dy, xt, i), gi ? FN_MUL(FN_LDC(g + (i)), v1)       \
                                              : FN_MUL(g0, v1), t);               \
+        if (sel != NULL)                                                         \
+            t = FN_SELECT(FN_BYTES_MASK(sel + (i)), t, FN_VLD(y, yt, i));        \
         FN_VST(y, yt, i, t, stream);                                             \
     } while (0)
     if (down) {
@@ -362,3 +369,4 @@ FN_AI void FN_S(fn_rows)(const void *x, int xt, void *y, int yt, const void *dy,
 #undef FN_ST1
 #undef FN_OWN
 #undef FN_SELECT
+#undef FN_BYTES_MASK

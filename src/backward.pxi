@@ -228,20 +228,20 @@ cdef inline void out_dx(const Grad* g, const char* xp, Py_ssize_t sx, const char
         if in_t is float and out_t is float:
             if sg == 0 and grad_affine(m, r, r * param_at(gp)[0], a, b, kf):
                 fn_run_f(xp, 1, dxp, 1, dyp, n, kf[0], kf[2], kf[3], kf[1], &ONE_F, 0, NULL, 0,
-                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n)
+                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n, NULL)
                 return
             if (sg == sizeof(double) and g32 != NULL
                     and grad_affine(m, r, r * g.g32_max, a, b, kf)):
                 fn_run_f(xp, 1, dxp, 1, dyp, n, kf[0], kf[2], kf[3], <float>r, g32, 1, NULL, 0,
-                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n)
+                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n, NULL)
                 return
         if sg == 0 and grad_affine(m, r, r * param_at(gp)[0], a, b, kd):
             fn_run_d(xp, tcode(ki), dxp, ocode(ko), dyp, n, kd[0], kd[2], kd[3], kd[1], &ONE_D, 0,
-                     NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n)
+                     NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n, NULL)
             return
         if sg == sizeof(double) and grad_affine(m, r, r, a, b, kd):
             fn_run_d(xp, tcode(ki), dxp, ocode(ko), dyp, n, kd[0], kd[2], kd[3], r, param_at(gp),
-                     1, NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n)
+                     1, NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n, NULL)
             return
     fn_strided_grad(xp, sx, dyp, sdy, tcode(ki), dxp, sdx, ocode(ko), gp, sg, n, m, r, a, b)
 

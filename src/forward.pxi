@@ -136,23 +136,25 @@ cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const O
     cdef const char* x = stat_block(p, run, stride, b, &n)
     if p.L.base[OP_M] != NULL:
         return selected_moments(x, stride, <const unsigned char*>run_start(p, s, r, OP_M)
-                                + b * CHUNK * sm, sm, n, pivot, p.mode == MODE_RMS, ki)
+                                + b * CHUNK * sm, sm, n, pivot,
+                                stat_ahead_end(p, run, stride, ahead_end), p.mode == MODE_RMS,
+                                ki)
     return run_moments(x, stride, n, pivot, stat_ahead_end(p, run, stride, ahead_end),
                        p.mode == MODE_RMS, ki)
 
 
 cdef inline bint run_f32(const SlicePlan* p, const Odometer* s, const Odometer* r,
                          Py_ssize_t start, Py_ssize_t n, Coef c, bint down,
-                         const char* ahead) noexcept nogil:
-    """Values start .. start + n of run r of slice s in the float32 pass;
-    false, with nothing written, where float32 cannot hold the slice's
-    coefficients (the double pass takes it then)."""
+                         const char* ahead, const unsigned char* sel) noexcept nogil:
+    """Values start .. start + n of run r of slice s in the float32 pass
+    (sel: fn_run's); false, with nothing written, where float32 cannot hold
+    the slice's coefficients (the double pass takes it then)."""
     cdef float m, k2, k0, gv, bv
     cdef const float* g = p.g32 + start if p.g32 != NULL else &gv
     cdef const float* b = p.b32 + start if p.b32 != NULL else &bv
     cdef const void* x = run_start(p, s, r, OP_X) + start * sizeof(float)
     cdef void* y = <void*>(run_start(p, s, r, OP_Y) + start * sizeof(float))
-    cdef bint stream = p.R.stream
+    cdef bint stream = p.R.stream and sel == NULL
     if not affine_f(c, 1.0, 0.0, &m, &k2, &k0):
         return False
     if p.g32 == NULL:
@@ -166,25 +168,26 @@ cdef inline bint run_f32(const SlicePlan* p, const Odometer* s, const Odometer* 
     # Constant increments, so that each call is inlined with its own loop.
     if p.g32 != NULL and p.b32 != NULL:
         fn_run_f(x, 1, y, 1, NULL, n, m, k2, k0, 0.0, g, 1, b, 1, FN_GAIN, stream, down,
-                 ahead, NULL, AHEAD_F32)
+                 ahead, NULL, AHEAD_F32, sel)
     elif p.g32 == NULL and p.b32 == NULL:
         fn_run_f(x, 1, y, 1, NULL, n, m, k2, k0, 0.0, g, 0, b, 0, FN_GAIN, stream, down,
-                 ahead, NULL, AHEAD_F32)
+                 ahead, NULL, AHEAD_F32, sel)
     else:
         fn_run_f(x, 1, y, 1, NULL, n, m, k2, k0, 0.0, g, p.g32 != NULL, b, p.b32 != NULL,
-                 FN_GAIN, stream, down, ahead, NULL, AHEAD_F32)
+                 FN_GAIN, stream, down, ahead, NULL, AHEAD_F32, sel)
     return True
 
 
 cdef inline void out_all(const SlicePlan* p, const Odometer* s, const Odometer* r,
                          Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead, bint down,
-                         in_t* ki, out_t* ko) noexcept nogil:
+                         const unsigned char* sel, in_t* ki, out_t* ko) noexcept nogil:
     """The output of values start .. start + n of run r of slice s: the
     float32 pass where the route has it, else the double pass (contiguous
     x and y, gain and bias along the run or one value each, then folded),
     else value by value.  `ahead` (or NULL) is fetched as the run is
     written: the next run (a whole run on), or with `down` (the last value
-    first) the run before."""
+    first) the run before.  sel (NULL, or where= bytes of contiguous x and
+    y): the values it selects alone."""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     cdef Py_ssize_t sx = inner.stride[OP_X], sy = inner.stride[OP_Y]
     cdef Py_ssize_t sg = inner.stride[OP_G], sb = inner.stride[OP_B]
@@ -193,47 +196,65 @@ cdef inline void out_all(const SlicePlan* p, const Odometer* s, const Odometer* 
     cdef const char* g = run_start(p, s, r, OP_G) + start * sg
     cdef const char* b = run_start(p, s, r, OP_B) + start * sb
     cdef double m, k2, k0
-    cdef bint stream = p.R.stream
+    cdef bint stream = p.R.stream and sel == NULL    # sel: y is read as it is written
+    cdef Py_ssize_t j
     if in_t is float and out_t is float:
-        if p.R.f32 and run_f32(p, s, r, start, n, c, down, ahead):
+        if p.R.f32 and run_f32(p, s, r, start, n, c, down, ahead, sel):
             return
     if sx == sizeof(in_t) and sy == sizeof(out_t):
         if sg == 0 and sb == 0:
             affine_d(c, param_at(g)[0], param_at(b)[0], &m, &k2, &k0)
             fn_run_d(x, tcode(ki), y, ocode(ko), NULL, n, m, k2, k0, 0.0, NULL, 0, NULL, 0,
-                     FN_PLAIN, stream, down, ahead, NULL, n)
+                     FN_PLAIN, stream, down, ahead, NULL, n, sel)
             return
         if sg == sizeof(double) and sb == sizeof(double):
             affine_d(c, 1.0, 0.0, &m, &k2, &k0)
             fn_run_d(x, tcode(ki), y, ocode(ko), NULL, n, m, k2, k0, 0.0, param_at(g), 1,
-                     param_at(b), 1, FN_GAIN, stream, down, ahead, NULL, n)
+                     param_at(b), 1, FN_GAIN, stream, down, ahead, NULL, n, sel)
             return
         if (sg == 0 or sg == sizeof(double)) and (sb == 0 or sb == sizeof(double)):
             affine_d(c, 1.0, 0.0, &m, &k2, &k0)
             fn_run_d(x, tcode(ki), y, ocode(ko), NULL, n, m, k2, k0, 0.0, param_at(g), sg // 8,
-                     param_at(b), sb // 8, FN_GAIN, stream, down, ahead, NULL, n)
+                     param_at(b), sb // 8, FN_GAIN, stream, down, ahead, NULL, n, sel)
             return
     affine_d(c, 1.0, 0.0, &m, &k2, &k0)
-    fn_strided(x, sx, tcode(ki), y, sy, ocode(ko), g, sg, b, sb, n, m, k2, k0)
+    if sel == NULL:
+        fn_strided(x, sx, tcode(ki), y, sy, ocode(ko), g, sg, b, sb, n, m, k2, k0)
+        return
+    for j in range(n):
+        if sel[j]:
+            fn_strided(x + j * sx, sx, tcode(ki), y + j * sy, sy, ocode(ko), g + j * sg, sg,
+                       b + j * sb, sb, 1, m, k2, k0)
 
 
 cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
                          Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead, bint down,
                          in_t* ki, out_t* ko) noexcept nogil:
     """The output of values start .. start + n of run r of slice s (out_all);
-    with where=, of those selected, each stretch of them one piece."""
-    cdef Py_ssize_t sm, j, e
+    with where=, of those selected: contiguous data a piece of the mask at
+    a time (next_piece: whole stretches selected as they are, mixed pieces
+    lane by lane), other data each stretch of selected values alone."""
+    cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
+    cdef Py_ssize_t sm = inner.stride[OP_M], j = 0, e
     cdef const unsigned char* m
+    cdef int k
     if p.L.base[OP_M] == NULL:
-        out_all(p, s, r, start, n, c, ahead, down, ki, ko)
+        out_all(p, s, r, start, n, c, ahead, down, NULL, ki, ko)
         return
-    sm = p.L.red[p.L.n_red - 1].stride[OP_M]
     m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
     if sm == 0:
         if m[0]:
-            out_all(p, s, r, start, n, c, NULL, False, ki, ko)
+            out_all(p, s, r, start, n, c, NULL, False, NULL, ki, ko)
         return
-    j = 0
+    if (sm == 1 and inner.stride[OP_X] == sizeof(in_t)
+            and inner.stride[OP_Y] == sizeof(out_t)):
+        while j < n:
+            k = next_piece(m, n, MASK_PIECE, j, &e)
+            if k != 0:
+                out_all(p, s, r, start + j, e - j, c, NULL, False, NULL if k == 1 else m + j,
+                        ki, ko)
+            j = e
+        return
     while j < n:
         if not m[j * sm]:
             j = j + 1
@@ -241,7 +262,7 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
         e = j + 1
         while e < n and m[e * sm]:
             e = e + 1
-        out_all(p, s, r, start + j, e - j, c, NULL, False, ki, ko)
+        out_all(p, s, r, start + j, e - j, c, NULL, False, NULL, ki, ko)
         j = e
 
 

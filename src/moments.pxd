@@ -329,6 +329,19 @@ cdef inline int mask_piece(const unsigned char* m, Py_ssize_t n) noexcept nogil:
     return 1 if unset == 0 else (2 if some != 0 else 0)
 
 
+cdef inline int next_piece(const unsigned char* m, Py_ssize_t n, Py_ssize_t piece, Py_ssize_t j,
+                           Py_ssize_t* e) noexcept nogil:
+    """The mask's n bytes at m read from j on, a piece at a time: the kind of
+    what starts at j (mask_piece's) and its end in e: a stretch of whole
+    pieces every byte of which is set, or one piece."""
+    cdef int k = mask_piece(m + j, min(piece, n - j))
+    e[0] = j + min(piece, n - j)
+    if k == 1:
+        while e[0] < n and mask_piece(m + e[0], min(piece, n - e[0])) == 1:
+            e[0] = e[0] + min(piece, n - e[0])
+    return k
+
+
 cdef inline Moments selected_runs(const char* x, Py_ssize_t sx, const unsigned char* m,
                                   Py_ssize_t sm, Py_ssize_t n, double pivot, bint squares,
                                   in_t* kind) noexcept nogil:
@@ -398,37 +411,33 @@ cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssi
 
 
 cdef inline Moments selected_moments(const char* x, Py_ssize_t sx, const unsigned char* m,
-                                     Py_ssize_t sm, Py_ssize_t n, double pivot, bint squares,
+                                     Py_ssize_t sm, Py_ssize_t n, double pivot,
+                                     const char* ahead_end, bint squares,
                                      in_t* kind) noexcept nogil:
     """run_moments over the values of the run that its mask selects (m:
     the mask's byte of x's first value, sm its stride; 0: the whole run
     selected or not), in pieces merged in order: the result depends on the
-    data and the mask alone."""
+    data and the mask alone.  Stretches of selected values fetch ahead up
+    to ahead_end, as run_moments."""
     cdef Moments acc = moments_empty(), part
-    cdef Py_ssize_t w = sizeof(in_t), j = 0, e, b
+    cdef Py_ssize_t w = sizeof(in_t), j = 0, e
     cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
     cdef int k
     if sm == 0:
         if m[0]:
-            return run_moments(x, sx, n, pivot, NULL, squares, kind)
+            return run_moments(x, sx, n, pivot, ahead_end, squares, kind)
         return acc
     if sx != w or sm != 1:
         return selected_runs(x, sx, m, sm, n, pivot, squares, kind)
     while j < n:
-        b = min(piece, n - j)
-        k = mask_piece(m + j, b)
+        k = next_piece(m, n, piece, j, &e)
         if k == 1:
-            e = j + b
-            while e < n and mask_piece(m + e, min(piece, n - e)) == 1:
-                e = e + min(piece, n - e)
-            part = run_moments(x + j * w, w, e - j, pivot, NULL, squares, kind)
+            part = run_moments(x + j * w, w, e - j, pivot, ahead_end, squares, kind)
             moments_merge(&acc, &part)
-            j = e
-            continue
-        if k == 2:
-            part = selected_lanes(x + j * w, m + j, b, pivot, squares, kind)
+        elif k == 2:
+            part = selected_lanes(x + j * w, m + j, e - j, pivot, squares, kind)
             moments_merge(&acc, &part)
-        j = j + b
+        j = e
     return acc
 
 

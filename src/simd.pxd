@@ -64,11 +64,13 @@ cdef extern from "apply.h" nogil:
     void fn_run_f(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t n,
                   float m, float k2, float k0, float k1, const float* g, Py_ssize_t gi,
                   const float* b, Py_ssize_t bi, int kind, int stream, int down,
-                  const char* ahead, const char* dy_ahead, Py_ssize_t dist)
+                  const char* ahead, const char* dy_ahead, Py_ssize_t dist,
+                  const unsigned char* sel)
     void fn_run_d(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t n,
                   double m, double k2, double k0, double k1, const double* g, Py_ssize_t gi,
                   const double* b, Py_ssize_t bi, int kind, int stream, int down,
-                  const char* ahead, const char* dy_ahead, Py_ssize_t dist)
+                  const char* ahead, const char* dy_ahead, Py_ssize_t dist,
+                  const unsigned char* sel)
     void fn_values_f(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t total,
                      Py_ssize_t n, const float* m, const float* k2, const float* k0,
                      const float* k1, float g, float b, int kind, int stream, const char* ahead)

@@ -158,6 +158,56 @@ def test_normalizers_where_match_reference(spec, kind, params, into):
                          "mean")
 
 
+def mask_pattern(rng, rows, n, pattern):
+    """A (rows, n) mask: trailing padding, coin flips, alternating runs of
+    up to 300 values, or nothing / everything selected."""
+    cols = np.arange(n)[None, :]
+    if pattern == "trailing":
+        return cols < rng.integers(0, n + 1, (rows, 1))
+    if pattern == "random":
+        return rng.random((rows, n)) < 0.5
+    if pattern == "runs":
+        lengths = rng.integers(1, 301, (rows, n))
+        return (np.cumsum(lengths, axis=1) // 300 % 2 == 0)[:, :n]
+    return np.full((rows, n), pattern == "all")
+
+
+@settings(max_examples=80, deadline=None)
+@given(dtype=st.sampled_from(["float16", "float32", "float64"]), rows=st.integers(1, 4),
+       n=st.integers(1, 1100), pattern=st.sampled_from(["trailing", "random", "runs", "all",
+                                                         "none"]),
+       garbage=st.sampled_from([np.nan, np.inf, -3e4]), seed=st.integers(0, 2**32 - 1))
+def test_long_rows_of_any_mask_pattern(dtype, rows, n, pattern, garbage, seed):
+    # Rows long enough for every kind of piece of the mask (whole stretches,
+    # mixed, empty), with garbage where nothing is selected: the statistics
+    # and outputs are those of the selected values, and out= keeps its
+    # values elsewhere, bit for bit.
+    rng = np.random.default_rng(seed)
+    x = (10 + 3 * rng.standard_normal((rows, n))).astype(dtype)
+    where = mask_pattern(rng, rows, n, pattern)
+    xg = np.where(where, x, np.asarray(garbage).astype(dtype))
+    g = rng.uniform(0.5, 2, n)
+    res = out_dtype(x.dtype)
+    tout, tacc = tolerances(x.dtype, res)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, var = fastnorm.mean_var(xg, 1, where=where)
+        for kind in ("layer", "rms"):
+            old = rng.standard_normal(x.shape).astype(res)
+            out = old.copy()
+            call = fastnorm.layer_norm if kind == "layer" else fastnorm.rms_norm
+            call(xg, g, axis=1, eps=1e-3, out=out, where=where)
+            yr, _, rstd, xhat, spread = reference_y(x, (1,), where, kind, g, None, 1e-3)
+            assert_bitwise(out[~where], old[~where])
+            allowed = tout * g * np.abs(xhat) + tacc * g * rstd * spread + tiny(res)
+            assert_close(out[where], yr[where], allowed[where], kind)
+    cnt, want_m, m2, spread = (a[:, 0] for a in masked_moments(x, (1,), where))
+    assert np.array_equal(np.isnan(mean), cnt == 0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        assert_close(mean, want_m, tout * np.abs(want_m) + tacc * spread + tiny(res), "mean")
+        assert_close(var, m2 / cnt, tout * m2 / cnt + tacc * spread**2 + tiny(res), "var")
+
+
 def test_all_true_where_is_the_unmasked_call():
     # where=True is no mask at all (the same bits); an all-true array takes
     # the masked schedule, whose rounding may differ by an ulp or so.
