@@ -63,7 +63,7 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
     body = head + (n - head) / FN_VW * FN_VW;
 #define FN_RUN_ONE(i)                                                            \
     do {                                                                         \
-        if (sel != NULL && !sel[i])                                              \
+        if (pick != NULL && !pick[i])                                            \
             break;                                                               \
         s = FN_S(fn_map1)(FN_LD1(x, xt, i), m, k2, k0);                          \
         if (kind == FN_GAIN)                                                     \
@@ -80,11 +80,15 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
         else if (kind == FN_GRAD)                                                \
             t = FN_FMA(FN_VLD(dy, xt, i), gi ? FN_MUL(FN_LDC(g + (i)), v1)       \
                                              : FN_MUL(g0, v1), t);               \
-        if (sel != NULL)                                                         \
-            t = FN_SELECT(FN_BYTES_MASK(sel + (i)), t, FN_VLD(y, yt, i));        \
+        if (pick != NULL)                                                        \
+            t = FN_SELECT(FN_BYTES_MASK(pick + (i)), t, FN_VLD(y, yt, i));       \
         FN_VST(y, yt, i, t, stream);                                             \
     } while (0)
+    /* pick: sel, as a constant NULL in the loops of calls without one (the
+     * compiler drops its tests there); downwards runs take none. */
     if (down) {
+        const unsigned char *const pick = NULL;
+        (void)sel;
         for (i = n - 1; i >= body; i--)
             FN_RUN_ONE(i);
         for (i = body - FN_VW; i >= head; i -= FN_VW) {
@@ -105,20 +109,31 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
         }                                                                        \
         FN_RUN_VEC(i);                                                           \
     } while (0)
-    for (i = 0; i < head; i++)
-        FN_RUN_ONE(i);
-    /* two vectors a step (see fn_rows_as) */
-    for (; i + 2 * FN_VW <= body; i += 2 * FN_VW) {
-        FN_RUN_STEP(i);
-        FN_RUN_STEP(i + FN_VW);
+#define FN_RUN_UP                                                                \
+    do {                                                                         \
+        for (i = 0; i < head; i++)                                               \
+            FN_RUN_ONE(i);                                                       \
+        /* two vectors a step (see fn_rows_as) */                                \
+        for (; i + 2 * FN_VW <= body; i += 2 * FN_VW) {                          \
+            FN_RUN_STEP(i);                                                      \
+            FN_RUN_STEP(i + FN_VW);                                              \
+        }                                                                        \
+        for (; i < body; i += FN_VW)                                             \
+            FN_RUN_STEP(i);                                                      \
+        for (; i < n; i++)                                                       \
+            FN_RUN_ONE(i);                                                       \
+    } while (0)
+    if (sel == NULL) {
+        const unsigned char *const pick = NULL;
+        FN_RUN_UP;
+    } else {
+        const unsigned char *const pick = sel;
+        FN_RUN_UP;
     }
-    for (; i < body; i += FN_VW)
-        FN_RUN_STEP(i);
-    for (; i < n; i++)
-        FN_RUN_ONE(i);
 #undef FN_RUN_ONE
 #undef FN_RUN_VEC
 #undef FN_RUN_STEP
+#undef FN_RUN_UP
 }
 
 /* `total` contiguous values, value c's coefficients at [c] of arrays

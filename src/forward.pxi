@@ -593,7 +593,7 @@ cdef void runs_rows(const SlicePlan* p, const Odometer* s, Coef c, in_t* ki,
             else:
                 odo_init(&r0, L.red, L.n_red - 1, ri)
                 for k in range(cnt):
-                    out_run(p, s, &r0, 0, n, c, NULL, False, ki, ko)
+                    out_all(p, s, &r0, 0, n, c, NULL, False, NULL, ki, ko)
                     odo_next(&r0, L.red, L.n_red - 1)
         elif in_t is double and out_t is double:
             fn_rows_d(x, 2, y, 2, NULL, cnt, n, dm, dk2, dk0, NULL, NULL, NULL, FN_PLAIN,
@@ -601,7 +601,7 @@ cdef void runs_rows(const SlicePlan* p, const Odometer* s, Coef c, in_t* ki,
         else:
             odo_init(&r0, L.red, L.n_red - 1, ri)
             for k in range(cnt):     # not routed here (R.runs_out: x and y alike)
-                out_run(p, s, &r0, 0, n, c, NULL, False, ki, ko)
+                out_all(p, s, &r0, 0, n, c, NULL, False, NULL, ki, ko)
                 odo_next(&r0, L.red, L.n_red - 1)
         ri = ri + cnt
 
@@ -752,7 +752,8 @@ cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
         start = 0
         end = min(n, lead + piece)
         while True:
-            out_run(p, &s, &r, start, end - start, c, NULL, False, ki, ko)
+            # (never masked: the planner keeps where= off this way)
+            out_all(p, &s, &r, start, end - start, c, NULL, False, NULL, ki, ko)
             if more:
                 row_sums_to(&u, p, end, ki)
             if end == n:
