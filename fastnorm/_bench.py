@@ -61,6 +61,7 @@ CASES = [
     Case("layer_norm rows", "layer_norm", (8192, 1024), -1),
     Case("layer_norm columns", "layer_norm", (4096, 2048), 0),
     Case("layer_norm last 2 axes", "layer_norm", (64, 196, 768), (1, 2)),
+    Case("layer_norm padded rows", "layer_norm_padded", (8192, 1024), -1),
     Case("rms_norm rows", "rms_norm", (8192, 1024), -1),
     Case("batch_norm (N, C)", "batch_norm", (65536, 512), 0),
     Case("batch_norm NCHW", "batch_norm", (32, 64, 56, 56), None),
@@ -136,6 +137,25 @@ def _layer_norm(rng, x, axis, axes):
         return (x - m) / np.sqrt(v + EPS) * g_b + b_b
 
     return Prepared(fast=_call(fastnorm.layer_norm, x, g, b, axis=axis, eps=EPS, out=y),
+                    ref=ref, copy=lambda: np.copyto(y, x), bytes_moved=2 * x.nbytes)
+
+
+def _layer_norm_padded(rng, x, axis, axes):
+    """layer_norm with where=: row i keeps its first 512 to all of its
+    values (sequences padded at the end), the rest of y left as it is."""
+    g, g_b = _param(rng, x, axes, True, 1.0, 0.1)
+    b, b_b = _param(rng, x, axes, True, 0.0, 0.1)
+    n = x.shape[-1]
+    keep = np.arange(n) < rng.integers(n // 2, n + 1, x.shape[:-1])[..., None]
+    y = np.zeros_like(x)
+
+    def ref():
+        m = x.mean(axes, keepdims=True, where=keep)
+        v = x.var(axes, keepdims=True, where=keep)
+        return np.where(keep, (x - m) / np.sqrt(v + EPS) * g_b + b_b, 0)
+
+    return Prepared(fast=_call(fastnorm.layer_norm, x, g, b, axis=axis, eps=EPS, out=y,
+                               where=keep),
                     ref=ref, copy=lambda: np.copyto(y, x), bytes_moved=2 * x.nbytes)
 
 
@@ -240,6 +260,7 @@ def _batch_norm_backward(rng, x, axis, axes):
 
 OPS = {
     "layer_norm": _layer_norm,
+    "layer_norm_padded": _layer_norm_padded,
     "rms_norm": _rms_norm,
     "batch_norm": _batch_norm,
     "batch_norm_eval": _batch_norm_eval,

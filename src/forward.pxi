@@ -93,19 +93,18 @@ cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) 
     cdef const Layout* L = p.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Odometer r
-    cdef const unsigned char* m
-    cdef Py_ssize_t ri, j
+    cdef Py_ssize_t ri, j, e, n = p.run_len if inner.stride[OP_M] != 0 else 1
     if p.mode == MODE_RMS:
         return 0.0               # block_moments sums squares of x itself
     if L.base[OP_M] == NULL:
         return pick_pivot(sload(L.base[OP_X] + s.off[OP_X], ki), ki)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(p.n_runs):
-        m = <const unsigned char*>run_start(p, s, &r, OP_M)
-        for j in range(p.run_len if inner.stride[OP_M] != 0 else 1):
-            if m[j * inner.stride[OP_M]]:
-                return pick_pivot(sload(run_start(p, s, &r, OP_X) + j * inner.stride[OP_X], ki),
-                                  ki)
+        j = next_stretch(<const unsigned char*>run_start(p, s, &r, OP_M), inner.stride[OP_M], n,
+                         0, &e)
+        if j < n:
+            return pick_pivot(sload(run_start(p, s, &r, OP_X) + j * inner.stride[OP_X], ki),
+                              ki)
         odo_next(&r, L.red, L.n_red - 1)
     return 0.0
 
@@ -255,15 +254,10 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
                         ki, ko)
             j = e
         return
+    j = next_stretch(m, sm, n, 0, &e)
     while j < n:
-        if not m[j * sm]:
-            j = j + 1
-            continue
-        e = j + 1
-        while e < n and m[e * sm]:
-            e = e + 1
         out_all(p, s, r, start + j, e - j, c, NULL, False, NULL, ki, ko)
-        j = e
+        j = next_stretch(m, sm, n, e, &e)
 
 
 ctypedef fused table_t:

@@ -342,6 +342,18 @@ cdef inline int next_piece(const unsigned char* m, Py_ssize_t n, Py_ssize_t piec
     return k
 
 
+cdef inline Py_ssize_t next_stretch(const unsigned char* m, Py_ssize_t sm, Py_ssize_t n,
+                                    Py_ssize_t j, Py_ssize_t* e) noexcept nogil:
+    """Among n mask bytes sm apart, the first set at or after j (n if none),
+    and in e the end of the stretch of set bytes it starts."""
+    while j < n and not m[j * sm]:
+        j = j + 1
+    e[0] = j
+    while e[0] < n and m[e[0] * sm]:
+        e[0] = e[0] + 1
+    return j
+
+
 cdef inline Moments selected_runs(const char* x, Py_ssize_t sx, const unsigned char* m,
                                   Py_ssize_t sm, Py_ssize_t n, double pivot, bint squares,
                                   in_t* kind) noexcept nogil:
@@ -349,17 +361,11 @@ cdef inline Moments selected_runs(const char* x, Py_ssize_t sx, const unsigned c
     mask bytes sm apart), each stretch of them an ordinary run, merged in
     order: strided data, and pieces whose shifted sums are not finite."""
     cdef Moments acc = moments_empty(), part
-    cdef Py_ssize_t j = 0, e
+    cdef Py_ssize_t e, j = next_stretch(m, sm, n, 0, &e)
     while j < n:
-        if not m[j * sm]:
-            j = j + 1
-            continue
-        e = j + 1
-        while e < n and m[e * sm]:
-            e = e + 1
         part = run_moments(x + j * sx, sx, e - j, pivot, NULL, squares, kind)
         moments_merge(&acc, &part)
-        j = e
+        j = next_stretch(m, sm, n, e, &e)
     return acc
 
 
