@@ -201,7 +201,12 @@ def check_training(x_shape, axes, momentum, where=None):
         raise ValueError(f"batch_norm training needs more than one value per feature, "
                          f"got n={n} (x.shape={tuple(x_shape)}, reduced axes {axes})")
     if isinstance(where, np.ndarray) and n > 0:
-        counts = np.count_nonzero(where.view(np.bool_), axis=axes)
+        # Counted over the mask's own values: a broadcast (N, T, 1) mask is
+        # N * T bytes, not x's size; an axis it repeats multiplies the count.
+        w = where.view(np.bool_)
+        own = tuple(slice(0, 1) if w.strides[i] == 0 else slice(None) for i in range(w.ndim))
+        repeats = math.prod(w.shape[i] for i in axes if w.strides[i] == 0)
+        counts = np.count_nonzero(w[own], axis=axes) * repeats
         if np.any(counts == 1):
             raise ValueError("batch_norm training needs more than one selected value per "
                              "feature; where= selects one value of some feature")

@@ -1362,6 +1362,10 @@ cdef struct ColumnPlan:
                               # other, folded: a block of rows is one run...
     bint periodic_d           # ...in the double pass too (its coefficients
                               # small enough to stay in L1)
+    bint rows_masked          # where= constant along the columns: a byte a
+                              # row (of each outer index), rows not selected
+                              # skipped...
+    double* block_n           # ...and each statistics item's count of rows
 
 
 cdef struct Tile:
@@ -1398,18 +1402,28 @@ cdef inline const char* col_ptr(const ColumnPlan* p, const Tile* t, const Odomet
     return p.L.base[k] + t.outer.off[k] + row.off[k] + t.c0 * vec.stride[k]
 
 
+cdef inline bint row_selected(const ColumnPlan* p, const Tile* t,
+                              const Odometer* row) noexcept nogil:
+    """Whether a row of a tile takes part (p.rows_masked: its where= byte)."""
+    return not p.rows_masked or (p.L.base[OP_M] + t.outer.off[OP_M] + row.off[OP_M])[0] != 0
+
+
 cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcept nogil:
     """Each column's pivot (float64; 0 for float16/float32) and, for
     float16/float32, the centre of its shifted sums: the column's first
     value (0 if not finite), kept in t.shift until column_finish writes
-    the shifts there."""
+    the shifts there; with rows masked, the first selected row's."""
     cdef Tile t
     cdef Odometer row
-    cdef Py_ssize_t c, sx = p.L.kept[p.L.n_kept - 1].stride[OP_X]
+    cdef Py_ssize_t c, k, sx = p.L.kept[p.L.n_kept - 1].stride[OP_X]
     cdef const char* xp
     cdef double first
     tile_of(p, group, &t)
     odo_init(&row, p.L.red, p.L.n_red, 0)
+    for k in range(p.n_rows - 1):
+        if row_selected(p, &t, &row):
+            break
+        odo_next(&row, p.L.red, p.L.n_red)
     xp = col_ptr(p, &t, &row, OP_X)
     for c in range(t.width):
         first = sload(xp + c * sx, ki)
@@ -1538,6 +1552,55 @@ cdef inline void column_fold_finish(const ColumnPlan* p, const Tile* t, Py_ssize
     column_finish_cols(p, t, lo, hi)
 
 
+cdef Py_ssize_t selected_block_stats(const ColumnPlan* p, const Tile* t, Py_ssize_t r0,
+                                     Py_ssize_t nr, double* mean, double* m2, double* run_mean,
+                                     double* run_m2, in_t* ki) noexcept nogil:
+    """column_block_stats of rows r0 .. r0 + nr with rows masked: the
+    selected ones alone (stretches of them a sweep at a time with one
+    reduced axis, else row by row), counted as they go; their count."""
+    cdef Odometer row
+    cdef Py_ssize_t rs = p.L.red[p.L.n_red - 1].stride[OP_X], sm = p.L.red[0].stride[OP_M]
+    cdef Py_ssize_t k, e, n, cnt = 0, done = 0
+    cdef const char* xp
+    odo_init(&row, p.L.red, p.L.n_red, r0)
+    if p.L.n_red == 1:
+        xp = col_ptr(p, t, &row, OP_X)
+        k = next_stretch(<const unsigned char*>(p.L.base[OP_M] + t.outer.off[OP_M]
+                                                + row.off[OP_M]), sm, nr, 0, &e)
+        while k < nr:
+            while k < e:
+                n = min(p.rows_per_sweep, e - k)
+                if in_t is not double:
+                    if cnt - done + n > SUM_ROWS:
+                        fold_sums(t.width, t.shift, cnt - done, done, mean, m2, run_mean, run_m2)
+                        done = cnt
+                column_rows_stats(p, t, xp + k * rs, rs, n, cnt, 0, mean, m2, ki)
+                cnt = cnt + n
+                k = k + n
+            k = next_stretch(<const unsigned char*>(p.L.base[OP_M] + t.outer.off[OP_M]
+                                                    + row.off[OP_M]), sm, nr, e, &e)
+    else:
+        for k in range(nr):
+            if row_selected(p, t, &row):
+                if in_t is not double:
+                    if cnt - done == SUM_ROWS:
+                        fold_sums(t.width, t.shift, cnt - done, done, mean, m2, run_mean, run_m2)
+                        done = cnt
+                column_rows_stats(p, t, col_ptr(p, t, &row, OP_X), 0, 1, cnt, 0, mean, m2, ki)
+                cnt = cnt + 1
+            odo_next(&row, p.L.red, p.L.n_red)
+    if in_t is not double:
+        if done == 0:
+            if cnt > 0:
+                fold_sums(t.width, t.shift, cnt, 0, mean, m2, mean, m2)
+        else:
+            if cnt > done:
+                fold_sums(t.width, t.shift, cnt - done, done, mean, m2, run_mean, run_m2)
+            memcpy(mean, run_mean, t.width * sizeof(double))
+            memcpy(m2, run_m2, t.width * sizeof(double))
+    return cnt
+
+
 cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noexcept nogil:
     """The mean and M2 of the rows of one block, for every column of one
     tile (Welford; float16/float32: shifted sums, folded into moments every
@@ -1563,6 +1626,10 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
     for c in range(t.width):
         mean[c] = 0.0
         m2[c] = 0.0
+    if p.rows_masked:
+        p.block_n[item] = <double>selected_block_stats(p, &t, r0, nr, mean, m2, run_mean,
+                                                       run_m2, ki)
+        return
     odo_init(&row, p.L.red, p.L.n_red, r0)
     xp = col_ptr(p, &t, &row, OP_X)
     if p.finish_with_sums:
@@ -1638,16 +1705,29 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
             t.scale[c] = co.scale
         return
     na = <double>min(p.rows_per_block, p.n_rows)
+    if p.rows_masked:
+        na = p.block_n[t.group * p.n_blocks]
     for blk in range(1, p.n_blocks):
         mean = first + blk * p.state_stride
         m2 = mean + COL_TILE + PAD
         nb = <double>min(p.rows_per_block, p.n_rows - blk * p.rows_per_block)
+        if p.rows_masked:
+            nb = p.block_n[t.group * p.n_blocks + blk]
+            if nb == 0.0:
+                continue
+            if na == 0.0:
+                memcpy(first + lo, mean + lo, (hi - lo) * sizeof(double))
+                memcpy(first_m2 + lo, m2 + lo, (hi - lo) * sizeof(double))
+                na = nb
+                continue
         for c in range(lo, hi):
             chan(na, &first[c], &first_m2[c], nb, mean[c], m2[c])
         na = na + nb
     m.n = na
     c = lo
-    if p.mode == MODE_CENTER:
+    if p.rows_masked:
+        pass        # finish column by column: the count recorded, none an empty reduction
+    elif p.mode == MODE_CENTER:
         # A vector of columns' variances and scales at a time: the same
         # division and square root as finish's (rstd_of), lane by lane.
         while c + FN_W <= hi:
@@ -1845,7 +1925,7 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
     cdef const char* nxt
     # Rows a fixed step apart (one reduced axis) fetch each next piece.
     cdef Py_ssize_t rs = p.L.red[p.L.n_red - 1].stride[OP_X]
-    cdef bint fetch = p.L.n_red == 1 and not p.prefetch
+    cdef bint fetch = p.L.n_red == 1 and not p.prefetch, masked = p.rows_masked
     while k0 < nr:
         n = min(<Py_ssize_t>OUT_ROWS, nr - k0)
         if p.prefetch:
@@ -1876,7 +1956,8 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
                             # (A shorter last chunk is not fetched: the
                             # fetch covers cw columns.)
                             nxt = xp - k * rs + cw * p.L.kept[p.L.n_kept - 1].stride[OP_X]
-                    column_segment(p, t, &r, group, c0, c0 + cw, nxt, ki, ko)
+                    if not masked or row_selected(p, t, &r):
+                        column_segment(p, t, &r, group, c0, c0 + cw, nxt, ki, ko)
                     odo_next(&r, p.L.red, p.L.n_red)
                 c0 = c0 + cw
         for k in range(n):
@@ -1980,15 +2061,18 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     # A tile's rows one block of one sweep, equally spaced, in cache: each
     # strip finished while the next is summed, in the same item (no other
     # block to merge).
+    p.rows_masked = L.base[OP_M] != NULL
+    p.block_n = NULL
     p.finish_with_sums = (mode != MODE_GIVEN and p.n_blocks == 1 and L.n_red == 1
-                          and p.rows_per_sweep >= p.n_rows and not p.from_memory)
+                          and p.rows_per_sweep >= p.n_rows and not p.from_memory
+                          and not p.rows_masked)
     p.state = NULL
     p.coef32 = NULL
     p.ok32 = NULL
     p.fold = R.fold
     # Blocks of rows are single runs when the rows follow each other in
     # memory and every row is normalized alike.
-    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1
+    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1 and not p.rows_masked
             and L.kept[L.n_kept - 1].stride[OP_X] == sizeof(in_t)
             and L.kept[L.n_kept - 1].stride[OP_Y] == sizeof(out_t)
             and L.red[0].stride[OP_X] == p.n_cols * <Py_ssize_t>sizeof(in_t)
@@ -2013,11 +2097,15 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     p.coef = <double*>fn_malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if mode != MODE_GIVEN:
         p.state = <double*>fn_malloc(n_items * p.state_stride * sizeof(double))
+        if p.rows_masked:
+            p.block_n = <double*>fn_malloc(n_items * sizeof(double))
     if p.f32:
         p.coef32 = <float*>fn_malloc(p.n_groups * COEF32_STRIDE * sizeof(float))
         p.ok32 = <char*>fn_malloc(p.n_groups)
     if (p.coef == NULL or (mode != MODE_GIVEN and p.state == NULL)
-            or (p.f32 and (p.coef32 == NULL or p.ok32 == NULL))):
+            or (p.f32 and (p.coef32 == NULL or p.ok32 == NULL))
+            or (p.rows_masked and mode != MODE_GIVEN and p.block_n == NULL)):
+        fn_free(p.block_n)
         fn_free(p.coef)
         fn_free(p.state)
         fn_free(p.coef32)
@@ -2054,6 +2142,7 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     elif has_y:
         for i in range(n_out_items):
             column_rows_out(&p, i, ki, ko)
+    fn_free(p.block_n)
     fn_free(p.state)
     fn_free(p.coef)
     fn_free(p.coef32)

@@ -647,7 +647,11 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     R.batch = SHORT_BATCH
     if L.columns:
         R.pattern = COLUMNS
-        R.way = WAY_MASKED if masked else WAY_TILES
+        R.way = WAY_TILES
+        # A mask that varies along the columns: their own walk (masked.pxi);
+        # one byte a row: the tiles, rows not selected skipped.
+        if masked and L.kept[L.n_kept - 1].stride[OP_M] != 0:
+            R.way = WAY_MASKED
         R.fold = True
         for a in range(L.n_red):
             if L.red[a].stride[OP_G] != 0 or L.red[a].stride[OP_B] != 0:

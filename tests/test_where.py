@@ -208,6 +208,48 @@ def test_long_rows_of_any_mask_pattern(dtype, rows, n, pattern, garbage, seed):
         assert_close(var, m2 / cnt, tout * m2 / cnt + tacc * spread**2 + tiny(res), "var")
 
 
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(["float16", "float32", "float64"]),
+       rows=st.sampled_from([1, 3, 40, 700, 9000]), cols=st.integers(1, 70),
+       pattern=st.sampled_from(["trailing", "random", "runs", "all", "none"]),
+       split=st.booleans(), layout=st.sampled_from(["C", "F", "strided"]),
+       seed=st.integers(0, 2**32 - 1))
+def test_columns_with_whole_rows_masked(dtype, rows, cols, pattern, split, layout, seed):
+    # A mask constant along the columns (padded sequences: (N, T, 1) over
+    # (N, T, C)) selects whole rows: every column's statistics are those of
+    # the selected rows, garbage in the others changes nothing, and out=
+    # keeps its values there, bit for bit.  Up to 9000 rows: several blocks
+    # of rows, and float32 sums folded every few thousand rows.
+    rng = np.random.default_rng(seed)
+    x = (5 + 2 * rng.standard_normal((rows, cols))).astype(dtype)
+    keep = mask_pattern(rng, 1, rows, pattern).reshape(rows, 1)
+    xg = np.where(keep, x, np.asarray(np.nan).astype(dtype))
+    if layout == "F":
+        xg = np.asfortranarray(xg)
+    elif layout == "strided":
+        xg = np.repeat(xg, 2, axis=1)[:, ::2]
+    shape, axes = ((2, rows // 2, cols), (0, 1)) if split and rows % 2 == 0 else (x.shape, (0,))
+    xs, ks, x0 = xg.reshape(shape), keep.reshape(shape[:-1] + (1,)), x.reshape(shape)
+    res = out_dtype(x.dtype)
+    tout, tacc = tolerances(x.dtype, res)
+    old = rng.standard_normal(shape).astype(res)
+    out = old.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, var = fastnorm.mean_var(xs, axes, where=ks)
+        fastnorm.layer_norm(xs, axis=axes, eps=1e-3, out=out, where=ks)
+    sel = np.broadcast_to(ks, shape)
+    assert_bitwise(out[~sel], old[~sel])
+    yr, _, rstd, xhat, spread = reference_y(x0, axes, ks, "layer", None, None, 1e-3)
+    allowed = tout * np.abs(xhat) + tacc * rstd * spread + tiny(res)
+    assert_close(out[sel], yr[sel], np.broadcast_to(allowed, shape)[sel], "y")
+    cnt, want_m, m2, spread = (a.reshape(np.shape(mean)) for a in masked_moments(x0, axes, ks))
+    assert np.array_equal(np.isnan(mean), cnt == 0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        assert_close(mean, want_m, tout * np.abs(want_m) + tacc * spread + tiny(res), "mean")
+        assert_close(var, m2 / cnt, tout * m2 / cnt + tacc * spread**2 + tiny(res), "var")
+
+
 def test_all_true_where_is_the_unmasked_call():
     # where=True is no mask at all (the same bits); an all-true array takes
     # the masked schedule, whose rounding may differ by an ulp or so.
@@ -331,16 +373,21 @@ def test_bad_where_is_refused(func, where, exc, match):
     ((64, 33), 1, 2, ("slices", "whole")),
     ((2, 1 << 20), 1, 2, ("slices", "split")),
     ((8, 16, 40, 40), (0, 2, 3), 1, ("slices", "whole")),
-    # columns: their own walk, tile by tile
+    # columns: a mask that varies along them takes its own walk, tile by
+    # tile; one byte a row, the tiles, rows not selected skipped
     ((64, 33), 0, 1, ("columns", "masked")),
+    ((64, 33, 1), (0, 1), 1, ("columns", "tiles")),
 ])
 def test_masked_calls_take_the_slices_schedules(shape, axis, threads, route):
     # A mask never takes a route that groups rows, images or channels, and
     # its output is never streamed: those passes write every position.
     x = np.ones(shape, np.float32)
+    if len(shape) == 3:     # padded sequences: (N, T, C) and a mask (N, T, 1)
+        x = np.ones((64, 33, 40), np.float32)
     fastnorm.set_num_threads(threads)
     try:
-        got = fastnorm.explain(fastnorm.layer_norm, x, axis=axis, where=x > 0)
+        got = fastnorm.explain(fastnorm.layer_norm, x, axis=axis,
+                               where=np.ones(shape, bool))
     finally:
         fastnorm.set_num_threads(None)
     assert (got["pattern"], got["schedule"]) == route
