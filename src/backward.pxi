@@ -46,8 +46,9 @@ cdef struct Grad:
     int mode
     int phase
     char* sa                  # PHASE_SUMS, PHASE_DX: each slice's A and B, at
-    char* sb                  # the statistics' offsets (OP_S)
-    double inv_n              # 1 / values per slice
+    char* sb                  # the statistics' offsets (OP_S)...
+    char* sn                  # ...and with where=, its count of selected values
+    double inv_n              # 1 / values per slice (where=: each slice's own)
     Py_ssize_t n_param        # entries of gamma
     Py_ssize_t n_blocks       # blocks of slices (SLICES) or rows (COLUMNS)
     Py_ssize_t per_block
@@ -150,6 +151,18 @@ cdef inline fn_vd xhat(fn_vd x, fn_vd m, fn_vd r, fn_vd minus_mr, in_t* kind) no
     return fn_fma(x, r, minus_mr)
 
 
+cdef inline void value_sums(const char* xp, const char* dyp, const char* gp, char* pg, char* pb,
+                            double m, double r, double* ta, double* tb, in_t* ki) noexcept nogil:
+    """run_sums of one value: its share of A and B into ta and tb, of the
+    parameter sums into pg and pb."""
+    cdef double xs = (sload(xp, ki) - m) * r, ds = sload(dyp, ki)
+    cdef double gs = (<const double*>gp)[0]
+    ta[0] = ta[0] + ds * gs
+    tb[0] = tb[0] + ds * gs * xs
+    (<double*>pg)[0] += ds * xs
+    (<double*>pb)[0] += ds
+
+
 cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssize_t sdy,
                           const char* gp, Py_ssize_t sg, char* pg, char* pb,
                           Py_ssize_t n, double m, double r, Sums* acc,
@@ -160,7 +173,7 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
     cdef fn_vd sa = fn_zero(), sb = fn_zero()
     cdef fn_vd sa2 = fn_zero(), sb2 = fn_zero(), sd = fn_zero(), sdx = fn_zero()
     cdef Py_ssize_t i = 0, j
-    cdef double xs, ds, gs, ta = 0.0, tb = 0.0, td = 0.0, tdx = 0.0
+    cdef double gs, ta = 0.0, tb = 0.0, td = 0.0, tdx = 0.0
     if sx == sizeof(in_t) and sdy == sizeof(in_t) and sg == sizeof(double):
         # gamma along the run (layer norm): vector sums into the buffers,
         # two vectors a step so the A and B sums have two chains each.
@@ -198,90 +211,147 @@ cdef inline void run_sums(const char* xp, Py_ssize_t sx, const char* dyp, Py_ssi
         (<double*>pg)[0] += tdx
         (<double*>pb)[0] += td
     while i < n:
-        xs = (sload(xp + i * sx, ki) - m) * r
-        ds = sload(dyp + i * sdy, ki)
-        gs = (<const double*>(gp + i * sg))[0]
-        ta = ta + ds * gs
-        tb = tb + ds * gs * xs
-        (<double*>(pg + i * sg))[0] += ds * xs
-        (<double*>(pb + i * sg))[0] += ds
+        value_sums(xp + i * sx, dyp + i * sdy, gp + i * sg, pg + i * sg, pb + i * sg, m, r,
+                   &ta, &tb, ki)
         i = i + 1
     acc.a = acc.a + fn_hsum(sa) + ta
     acc.b = acc.b + fn_hsum(sb) + tb
+
+
+cdef inline double piece_sums(const char* xp, const char* dyp, const char* gp, Py_ssize_t sg,
+                             char* pg, char* pb, const unsigned char* sel, Py_ssize_t n,
+                             double m, double r, Sums* acc, in_t* ki) noexcept nogil:
+    """run_sums over the values of n contiguous ones that sel selects (gamma
+    along them, sg one float64, or one value, sg 0): lane by lane, the
+    lanes not selected adding +0.0 whatever x and dy hold there; their
+    count."""
+    cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), vmr = fn_set1(-m * r), one = fn_set1(1.0)
+    cdef fn_vd sa = fn_zero(), sb = fn_zero(), cnt = fn_zero(), D, u, G, on
+    cdef Py_ssize_t w = sizeof(in_t), i = 0
+    cdef double ta = 0.0, tb = 0.0, tn = 0.0
+    G = fn_set1(param_at(gp)[0])
+    while i + FN_W <= n:
+        on = fn_bytes_mask(sel + i)
+        D = fn_masked(vload(dyp + i * w, w, ki), on)
+        u = fn_masked(fn_mul(D, xhat(vload(xp + i * w, w, ki), vm, vr, vmr, ki)), on)
+        if sg != 0:
+            G = fn_load_f64(<const double*>gp + i)
+            fn_store_f64(<double*>pg + i, fn_add(u, fn_load_f64(<double*>pg + i)))
+            fn_store_f64(<double*>pb + i, fn_add(D, fn_load_f64(<double*>pb + i)))
+        else:
+            (<double*>pg)[0] += fn_hsum(u)
+            (<double*>pb)[0] += fn_hsum(D)
+        sa = fn_fma(D, G, sa)
+        sb = fn_fma(u, G, sb)
+        cnt = fn_add(cnt, fn_masked(one, on))
+        i = i + FN_W
+    while i < n:
+        if sel[i]:
+            value_sums(xp + i * w, dyp + i * w, gp + i * sg, pg + i * sg, pb + i * sg, m, r,
+                       &ta, &tb, ki)
+            tn = tn + 1.0
+        i = i + 1
+    acc.a = acc.a + fn_hsum(sa) + ta
+    acc.b = acc.b + fn_hsum(sb) + tb
+    return fn_hsum(cnt) + tn
 
 
 cdef inline void out_dx(const Grad* g, const char* xp, Py_ssize_t sx, const char* dyp,
                         Py_ssize_t sdy, const char* gp, Py_ssize_t sg, const float* g32,
                         char* dxp, Py_ssize_t sdx, Py_ssize_t n, double m, double r,
                         double a, double b, const char* x_ahead, const char* dy_ahead,
-                        in_t* ki, out_t* ko) noexcept nogil:
+                        const unsigned char* sel, in_t* ki, out_t* ko) noexcept nogil:
     """Pass 2 along one run: dx = r (dy gamma - a - xhat b), gamma along the
     run (sg one float64) or one value (sg 0).  The output pass from folded
     coefficients where x, dy and dx are contiguous (float32 data: in
     float32, gamma from g32 when it varies along the run), else, and where
     folding would overflow, value by value.  x_ahead, dy_ahead (or NULL):
-    the next run's, fetched a line per line written."""
+    the next run's, fetched a line per line written.  sel (NULL, or where=
+    bytes of contiguous data): the values it selects alone."""
     cdef float kf[4]
     cdef double kd[4]
     cdef bint stream = g.R.stream
+    cdef Py_ssize_t i
     if sx == sizeof(in_t) and sdy == sizeof(in_t) and sdx == sizeof(out_t):
         if in_t is float and out_t is float:
             if sg == 0 and grad_affine(m, r, r * param_at(gp)[0], a, b, kf):
                 fn_run_f(xp, 1, dxp, 1, dyp, n, kf[0], kf[2], kf[3], kf[1], &ONE_F, 0, NULL, 0,
-                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n, NULL)
+                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n, sel)
                 return
             if (sg == sizeof(double) and g32 != NULL
                     and grad_affine(m, r, r * g.g32_max, a, b, kf)):
                 fn_run_f(xp, 1, dxp, 1, dyp, n, kf[0], kf[2], kf[3], <float>r, g32, 1, NULL, 0,
-                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n, NULL)
+                         FN_GRAD, stream, 0, x_ahead, dy_ahead, n, sel)
                 return
         if sg == 0 and grad_affine(m, r, r * param_at(gp)[0], a, b, kd):
             fn_run_d(xp, tcode(ki), dxp, ocode(ko), dyp, n, kd[0], kd[2], kd[3], kd[1], &ONE_D, 0,
-                     NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n, NULL)
+                     NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n, sel)
             return
         if sg == sizeof(double) and grad_affine(m, r, r, a, b, kd):
             fn_run_d(xp, tcode(ki), dxp, ocode(ko), dyp, n, kd[0], kd[2], kd[3], r, param_at(gp),
-                     1, NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n, NULL)
+                     1, NULL, 0, FN_GRAD, stream, 0, x_ahead, dy_ahead, n, sel)
             return
-    fn_strided_grad(xp, sx, dyp, sdy, tcode(ki), dxp, sdx, ocode(ko), gp, sg, n, m, r, a, b)
+    if sel == NULL:
+        fn_strided_grad(xp, sx, dyp, sdy, tcode(ki), dxp, sdx, ocode(ko), gp, sg, n, m, r, a, b)
+        return
+    for i in range(n):
+        if sel[i]:
+            fn_strided_grad(xp + i * sx, sx, dyp + i * sdy, sdy, tcode(ki), dxp + i * sdx, sdx,
+                            ocode(ko), gp + i * sg, sg, 1, m, r, a, b)
 
 
-cdef inline bint given_sums(const Grad* g, Py_ssize_t off, Sums* acc) noexcept nogil:
+cdef inline bint given_sums(const Grad* g, Py_ssize_t off, Sums* acc,
+                            double* n) noexcept nogil:
     """PHASE_DX: acc = the sums given for the slice at statistics offset
-    off (true); other phases: false."""
+    off, and with where= its count into n (true); other phases: false."""
     if g.phase != PHASE_DX:
         return False
     acc.a = (<const double*>(g.sa + off))[0]
     acc.b = (<const double*>(g.sb + off))[0]
+    if g.sn != NULL and n != NULL:
+        n[0] = (<const double*>(g.sn + off))[0]
     return True
 
 
-cdef inline bint kept_sums(const Grad* g, Py_ssize_t off, const Sums* acc) noexcept nogil:
-    """PHASE_SUMS: write the slice's sums at statistics offset off and say
-    so (true: no pass 2); other phases: false."""
+cdef inline bint kept_sums(const Grad* g, Py_ssize_t off, const Sums* acc,
+                           double n) noexcept nogil:
+    """PHASE_SUMS: write the slice's sums (with where=, and its count n) at
+    statistics offset off and say so (true: no pass 2); other phases:
+    false."""
     if g.phase != PHASE_SUMS:
         return False
     (<double*>(g.sa + off))[0] = acc.a
     (<double*>(g.sb + off))[0] = acc.b
+    if g.sn != NULL:
+        (<double*>(g.sn + off))[0] = n
     return True
 
 
-cdef inline void slice_coefs(const Grad* g, const Sums* acc, double* a, double* b) noexcept nogil:
-    """The a, b of pass 2 from a slice's sums A, B."""
-    grad_ab(g.mode, g.inv_n, acc.a, acc.b, a, b)
+cdef inline void slice_coefs(const Grad* g, const Sums* acc, double n, double* a,
+                             double* b) noexcept nogil:
+    """The a, b of pass 2 from a slice's sums A, B over its n values (where=:
+    its count; else every slice's, g.inv_n)."""
+    grad_ab(g.mode, 1.0 / n if g.L.base[OP_M] != NULL else g.inv_n, acc.a, acc.b, a, b)
 
 
 cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
                      in_t* ki, out_t* ko) noexcept nogil:
-    """Both passes over slice si; parameter sums into this block's part."""
+    """Both passes over slice si; parameter sums into this block's part.
+    With where=, each pass walks the stretches of selected values of each
+    run (next_stretch), and the slice's count is theirs."""
     cdef const Layout* L = g.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Odometer s, r, s_next
-    cdef Py_ssize_t ri, n_runs = L.slice_len // inner.size, go, ahead
-    cdef double m, rs, a, b
+    cdef Py_ssize_t ri, n_runs = L.slice_len // inner.size, go, ahead, j, e, len_m
+    cdef Py_ssize_t sx = inner.stride[OP_X], sdy = inner.stride[OP_DY], sg = inner.stride[OP_G]
+    cdef Py_ssize_t sm = inner.stride[OP_M]
+    cdef double m, rs, a, b, n = 0.0
     cdef Sums acc
     cdef char* pg
     cdef char* pb
+    cdef const unsigned char* mk = NULL
+    cdef bint masked = L.base[OP_M] != NULL, pieces
+    cdef int k
     acc.a = 0.0
     acc.b = 0.0
     odo_init(&s, L.kept, L.n_kept, si)
@@ -292,33 +362,67 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     # the same run of the next slice into L2 (up to RUN_AHEAD_BYTES of it;
     # runs longer than IMAGE_RUN_BYTES the hardware prefetchers follow).
     ahead = 0
-    if si + 1 < L.n_slices and n_runs > 1 and inner.size * inner.stride[OP_X] <= IMAGE_RUN_BYTES:
-        ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES, inner.size * inner.stride[OP_X])
+    if si + 1 < L.n_slices and n_runs > 1 and inner.size * sx <= IMAGE_RUN_BYTES:
+        ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES, inner.size * sx)
         odo_init(&s_next, L.kept, L.n_kept, si + 1)
+    # The parts of a run (next_part): the whole run without a mask (or with
+    # one constant along it, where its byte says whether).
+    len_m = inner.size if sm != 0 else 1
+    pieces = (sm == 1 and sx == sizeof(in_t) and sdy == sizeof(in_t)
+              and (sg == 0 or sg == sizeof(double)) and inner.stride[OP_DX] == sizeof(out_t))
     odo_init(&r, L.red, L.n_red - 1, 0)
-    for ri in range(0 if given_sums(g, s.off[OP_S], &acc) else n_runs):
+    for ri in range(0 if given_sums(g, s.off[OP_S], &acc, &n) else n_runs):
         if ahead > 0:
             fetch_lines(L.base[OP_X] + s_next.off[OP_X] + r.off[OP_X], ahead)
             fetch_lines(L.base[OP_DY] + s_next.off[OP_DY] + r.off[OP_DY], ahead)
         go = s.off[OP_G] + r.off[OP_G]
         pg = <char*>part + g.gshift + go
         pb = <char*>(part + g.pstride) + g.gshift + go
-        run_sums(L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
-                 L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
-                 g.gamma + go, inner.stride[OP_G], pg, pb, inner.size, m, rs, &acc, ki)
+        j, e, k = 0, inner.size, 1
+        if masked:
+            mk = <const unsigned char*>(L.base[OP_M] + s.off[OP_M] + r.off[OP_M])
+            k = next_part(mk, sm, len_m, pieces, &j, &e)
+            e = inner.size if sm == 0 else e
+        while k != 0:
+            if k == 1:
+                run_sums(L.base[OP_X] + s.off[OP_X] + r.off[OP_X] + j * sx, sx,
+                         L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY] + j * sdy, sdy,
+                         g.gamma + go + j * sg, sg, pg + j * sg, pb + j * sg, e - j, m, rs,
+                         &acc, ki)
+                n = n + (e - j)
+            else:
+                n = n + piece_sums(L.base[OP_X] + s.off[OP_X] + r.off[OP_X] + j * sx,
+                                   L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY] + j * sdy,
+                                   g.gamma + go + j * sg, sg, pg + j * sg, pb + j * sg,
+                                   mk + j, e - j, m, rs, &acc, ki)
+            if not masked or sm == 0:
+                break
+            j = e
+            k = next_part(mk, sm, len_m, pieces, &j, &e)
         odo_next(&r, L.red, L.n_red - 1)
-    if kept_sums(g, s.off[OP_S], &acc):
+    if kept_sums(g, s.off[OP_S], &acc, n):
         return
-    slice_coefs(g, &acc, &a, &b)
+    slice_coefs(g, &acc, n, &a, &b)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
         go = s.off[OP_G] + r.off[OP_G]
-        out_dx(g, L.base[OP_X] + s.off[OP_X] + r.off[OP_X], inner.stride[OP_X],
-               L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY], inner.stride[OP_DY],
-               g.gamma + go, inner.stride[OP_G],
-               g.g32 + (g.gshift + go) // sizeof(double) if g.g32 != NULL else NULL,
-               L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], inner.stride[OP_DX],
-               inner.size, m, rs, a, b, NULL, NULL, ki, ko)
+        j, e, k = 0, inner.size, 1
+        if masked:
+            mk = <const unsigned char*>(L.base[OP_M] + s.off[OP_M] + r.off[OP_M])
+            k = next_part(mk, sm, len_m, pieces, &j, &e)
+            e = inner.size if sm == 0 else e
+        while k != 0:
+            out_dx(g, L.base[OP_X] + s.off[OP_X] + r.off[OP_X] + j * sx, sx,
+                   L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY] + j * sdy, sdy,
+                   g.gamma + go + j * sg, sg,
+                   g.g32 + (g.gshift + go + j * sg) // sizeof(double) if g.g32 != NULL else NULL,
+                   L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX] + j * inner.stride[OP_DX],
+                   inner.stride[OP_DX], e - j, m, rs, a, b, NULL, NULL,
+                   NULL if k == 1 else mk + j, ki, ko)
+            if not masked or sm == 0:
+                break
+            j = e
+            k = next_part(mk, sm, len_m, pieces, &j, &e)
         odo_next(&r, L.red, L.n_red - 1)
 
 
@@ -438,7 +542,7 @@ cdef inline void grad_rows(const Grad* g, Py_ssize_t si, double* part, const int
     if g.phase == PHASE_DX:
         odo_init(&s, L.kept, L.n_kept, si)
         for k in range(nr):
-            given_sums(g, s.off[OP_S], &acc[k])
+            given_sums(g, s.off[OP_S], &acc[k], NULL)
             odo_next(&s, L.kept, L.n_kept)
     else:
         rows_sums(xp, dyp, <const double*>g.gamma, <double*>(<char*>part + g.gshift),
@@ -447,14 +551,14 @@ cdef inline void grad_rows(const Grad* g, Py_ssize_t si, double* part, const int
     if g.phase == PHASE_SUMS:
         odo_init(&s, L.kept, L.n_kept, si)
         for k in range(nr):
-            kept_sums(g, s.off[OP_S], &acc[k])
+            kept_sums(g, s.off[OP_S], &acc[k], 0.0)
             odo_next(&s, L.kept, L.n_kept)
         return
     for k in range(nr):
-        slice_coefs(g, &acc[k], &a, &b)
+        slice_coefs(g, &acc[k], 0.0, &a, &b)
         out_dx(g, xp[k], sizeof(in_t), dyp[k], sizeof(in_t), g.gamma, sizeof(double),
                g.g32 + g.gshift // sizeof(double) if g.g32 != NULL else NULL,
-               dxp[k], L.red[0].stride[OP_DX], n, m[k], rs[k], a, b, xa[k], da[k], ki, ko)
+               dxp[k], L.red[0].stride[OP_DX], n, m[k], rs[k], a, b, xa[k], da[k], NULL, ki, ko)
 
 
 cdef void slice_block(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept nogil:
@@ -526,7 +630,7 @@ cdef void image_dx(const Grad* g, Py_ssize_t ri, const double* ab, in_t* ki,
                L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX], sizeof(out_t), inner.size,
                (<const double*>(L.stat[0] + s.off[OP_S]))[0],
                (<const double*>(L.stat[1] + s.off[OP_S]))[0], ab[2 * si], ab[2 * si + 1],
-               NULL, NULL, ki, ko)
+               NULL, NULL, NULL, ki, ko)
         odo_next(&s, L.kept, L.n_kept)
 
 
@@ -610,12 +714,12 @@ cdef int images_run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
     # A = gamma sum(dy), B = gamma sum(dy * xhat), per slice.
     odo_init(&s, L.kept, L.n_kept, 0)
     for i in range(L.n_slices):
-        if not given_sums(g, s.off[OP_S], &acc):
+        if not given_sums(g, s.off[OP_S], &acc, NULL):
             gv = param_at(g.gamma + s.off[OP_G])[0]
             acc.a = gv * (<const double*>(g.dbeta + g.gshift + s.off[OP_G]))[0]
             acc.b = gv * (<const double*>(g.dgamma + g.gshift + s.off[OP_G]))[0]
-            kept_sums(g, s.off[OP_S], &acc)
-        slice_coefs(g, &acc, &ab[2 * i], &ab[2 * i + 1])
+            kept_sums(g, s.off[OP_S], &acc, 0.0)
+        slice_coefs(g, &acc, 0.0, &ab[2 * i], &ab[2 * i + 1])
         odo_next(&s, L.kept, L.n_kept)
     if g.phase == PHASE_SUMS:
         fn_free(g.partial)
@@ -914,7 +1018,7 @@ cdef inline void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
     cdef double a = 0.0, bb = 0.0, gs
     cdef Sums acc
     kept_offsets(g.L, si, &s_off, &off)
-    if given_sums(g, s_off, &acc):
+    if given_sums(g, s_off, &acc, NULL):
         if g.slice_param:
             (<double*>(g.dbeta + g.gshift + off))[0] = 0.0
             (<double*>(g.dgamma + g.gshift + off))[0] = 0.0
@@ -935,7 +1039,7 @@ cdef inline void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
         bb = bb * gs
     acc.a = a
     acc.b = bb
-    if not kept_sums(g, s_off, &acc):
+    if not kept_sums(g, s_off, &acc, 0.0):
         cols_scale(g, si, a, bb)
 
 

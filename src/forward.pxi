@@ -236,6 +236,8 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     cdef Py_ssize_t sm = inner.stride[OP_M], j = 0, e
     cdef const unsigned char* m
+    cdef bint pieces = (sm == 1 and inner.stride[OP_X] == sizeof(in_t)
+                        and inner.stride[OP_Y] == sizeof(out_t))
     cdef int k
     if p.L.base[OP_M] == NULL:
         out_all(p, s, r, start, n, c, ahead, down, NULL, ki, ko)
@@ -245,19 +247,11 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
         if m[0]:
             out_all(p, s, r, start, n, c, NULL, False, NULL, ki, ko)
         return
-    if (sm == 1 and inner.stride[OP_X] == sizeof(in_t)
-            and inner.stride[OP_Y] == sizeof(out_t)):
-        while j < n:
-            k = next_piece(m, n, MASK_PIECE, j, &e)
-            if k != 0:
-                out_all(p, s, r, start + j, e - j, c, NULL, False, NULL if k == 1 else m + j,
-                        ki, ko)
-            j = e
-        return
-    j = next_stretch(m, sm, n, 0, &e)
-    while j < n:
-        out_all(p, s, r, start + j, e - j, c, NULL, False, NULL, ki, ko)
-        j = next_stretch(m, sm, n, e, &e)
+    k = next_part(m, sm, n, pieces, &j, &e)
+    while k != 0:
+        out_all(p, s, r, start + j, e - j, c, NULL, False, NULL if k == 1 else m + j, ki, ko)
+        j = e
+        k = next_part(m, sm, n, pieces, &j, &e)
 
 
 ctypedef fused table_t:

@@ -230,18 +230,21 @@ def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,
                     tuple reduced, int mode, int nthreads, bint explain=False,
                     slice_sums=None):
     """A backward call over the values where `where` is nonzero (backward's
-    arguments; where as for masked_forward).  dx is written at the selected
+    arguments; where as for forward).  dx is written at the selected
     positions alone; sums (C-contiguous float64, 2 x gamma.size) gets
     dgamma, then dbeta.  slice_sums (the Dask path): (A, B, n), C-contiguous
     float64 in the statistics' layout: with dx None they receive each
     slice's sums over this part of it (pass 1 alone); with dx, dx comes from
-    them (pass 2 alone).  explain: the route as a dict, nothing run."""
+    them (pass 2 alone).  Slices go through the gradients' own schedule, a
+    stretch of selected values at a time; columns through their masked
+    walk.  explain: the route as a dict, nothing run."""
     fn_clean_upper()
     cdef Layout L
     cdef Route R
     cdef MaskedGrad G
+    cdef Grad g
     cdef Py_ssize_t sshift
-    cdef int k, rc, in_code = type_code(x), out_code = in_code if dx is None else type_code(dx)
+    cdef int k, rc, phase, in_code = type_code(x), out_code = in_code if dx is None else type_code(dx)
     if type_code(dy) != in_code:
         raise TypeError("dy and x must have the same dtype")
     if cnp.PyArray_ITEMSIZE(where) != 1 or where.ndim != x.ndim:
@@ -252,8 +255,26 @@ def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,
         raise ValueError("fastnorm: sums are 2 x gamma.size C-contiguous doubles")
     if dx is None and slice_sums is None:
         raise ValueError("masked_backward: dx is written unless the sums alone are asked for")
+    if slice_sums is not None:
+        for a in slice_sums:
+            if not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
+                    and cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_SIZE(a) == mean.size
+                    and (dx is not None or cnp.PyArray_ISWRITEABLE(a))):
+                raise ValueError("masked_backward: slice sums are C-contiguous doubles "
+                                 "of the statistics' size")
     make_layout(&L, x, (dx, gamma, dy, mean, rstd, None), reduced, None, where)
-    route_masked(&R, &L, nthreads, 0 if dx is None else dx.nbytes)
+    if not L.columns:
+        phase = PHASE_BOTH if slice_sums is None else (PHASE_SUMS if dx is None else PHASE_DX)
+        sa, sb, sn = (None, None, None) if slice_sums is None else slice_sums
+        if explain:
+            backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, sums[0], sums[1], reduced,
+                           mode, nthreads, False, phase, sa, sb, 0.0, where, sn)
+            return route_dict(&R, &L)
+        run_backward(dy, x, dx, gamma, mean, rstd, sums[0], sums[1], reduced, mode, nthreads,
+                     False, phase, sa, sb, 0.0, where, sn)
+        return
+    route_backward(&R, &L, in_code, nthreads, False, False, cnp.PyArray_NBYTES(x),
+                   0 if dx is None else dx.nbytes, slice_sums is None)
     if explain:
         return route_dict(&R, &L)
     G.L = &L
@@ -263,13 +284,7 @@ def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,
         G.phase = PHASE_SUMS if dx is None else PHASE_DX
         sshift = L.stat[0] - <char*>cnp.PyArray_DATA(mean)
         for k in range(3):
-            a = slice_sums[k]
-            if not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
-                    and cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_SIZE(a) == mean.size
-                    and (dx is not None or cnp.PyArray_ISWRITEABLE(a))):
-                raise ValueError("masked_backward: slice sums are C-contiguous doubles "
-                                 "of the statistics' size")
-            G.sums[k] = <char*>cnp.PyArray_DATA(<cnp.ndarray>a) + sshift
+            G.sums[k] = <char*>cnp.PyArray_DATA(<cnp.ndarray>slice_sums[k]) + sshift
     G.gshift = L.base[OP_G] - <char*>cnp.PyArray_DATA(gamma)
     G.n_param = gamma.size
     G.partial = <double*>cnp.PyArray_DATA(sums)
@@ -288,8 +303,9 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
                         cnp.ndarray gamma, cnp.ndarray mean, cnp.ndarray rstd,
                         cnp.ndarray dgamma, cnp.ndarray dbeta, tuple reduced, int mode,
                         int nthreads, bint fresh, int phase, sa, sb,
-                        double n) except -1:
-    """The layout, route and gradient record of a backward call."""
+                        double n, where=None, sn=None) except -1:
+    """The layout, route and gradient record of a backward call (where: as
+    forward's; sn: with sa and sb, each slice's count of selected values)."""
     cdef int in_code = type_code(x)
     cdef Py_ssize_t sshift
     if type_code(dy) != in_code:
@@ -299,7 +315,7 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
                          "and sums are given or asked for in one phase alone")
     # Slots: x, dx (output), gamma (its strides also address the gradient
     # buffers), dy (the beta slot), statistics.
-    make_layout(L, x, (dx, gamma, dy, mean, rstd, None), reduced)
+    make_layout(L, x, (dx, gamma, dy, mean, rstd, None), reduced, None, where)
     route_backward(R, L, in_code, nthreads, fresh,
                    dx is not None and (cnp.PyArray_IS_C_CONTIGUOUS(dx)
                                        or cnp.PyArray_IS_F_CONTIGUOUS(dx)),
@@ -321,11 +337,13 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
     # sums (the statistics') move the same way.
     g.gshift = L.base[OP_G] - g.gamma
     g.gamma = <const char*>L.base[OP_G]
-    g.sa = g.sb = NULL
+    g.sa = g.sb = g.sn = NULL
     if sa is not None:
         sshift = L.stat[0] - <char*>cnp.PyArray_DATA(mean)
         g.sa = <char*>cnp.PyArray_DATA(sa) + sshift
         g.sb = <char*>cnp.PyArray_DATA(sb) + sshift
+        if sn is not None:
+            g.sn = <char*>cnp.PyArray_DATA(sn) + sshift
     return 0
 
 
@@ -341,13 +359,13 @@ cdef int backward_typed(Grad* g, int in_code, int out_code) noexcept nogil:
 cdef int run_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma, cnp.ndarray mean,
                       cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta, tuple reduced,
                       int mode, int nthreads, bint fresh, int phase, sa, sb,
-                      double n) except -1:
+                      double n, where=None, sn=None) except -1:
     cdef Layout L
     cdef Route R
     cdef Grad g
     cdef int rc, in_code = type_code(x), out_code = in_code
     backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode,
-                   nthreads, fresh, phase, sa, sb, n)
+                   nthreads, fresh, phase, sa, sb, n, where, sn)
     if dx is not None:
         out_code = type_code(dx)
     start_call(&R, x, dx)

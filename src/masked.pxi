@@ -156,11 +156,8 @@ cdef int masked_columns(const Layout* L, Py_ssize_t item, int mode, double eps, 
 
 
 cdef Py_ssize_t masked_items(const Layout* L) noexcept nogil:
-    """Work items of a masked call: slices (gradients), or tiles of columns."""
-    cdef Py_ssize_t cols
-    if not L.columns:
-        return L.n_slices
-    cols = L.kept[L.n_kept - 1].size
+    """Work items of a masked call on the COLUMNS pattern: tiles of columns."""
+    cdef Py_ssize_t cols = L.kept[L.n_kept - 1].size
     return L.n_slices // cols * ((cols + MASK_TILE - 1) // MASK_TILE)
 
 
@@ -175,9 +172,9 @@ cdef int masked_run(const Layout* L, int nthreads, int mode, double eps, bint ha
 
 
 # ---------------------------------------------------------------------------
-# Gradients over the selected values (backward.pxi's formulas, with n, A and
-# B of each slice taken over its selection; dx is written at the selected
-# positions alone).  The parameter sums go to per-block partial buffers laid
+# Gradients over the selected values of columns (backward.pxi's formulas,
+# with n, A and B of each column taken over its selection; dx is written at
+# the selected positions alone; slices take backward.pxi's own schedule).  The parameter sums go to per-block partial buffers laid
 # out like gamma, added up in block order: blocks of items depend on the
 # shape alone.
 
@@ -226,54 +223,6 @@ cdef inline double grad_dx(const MaskedGrad* G, double x, double dy, double g, d
     if G.mode == GRAD_RMS:
         return r * (dy * g - xhat * acc[1] / acc[2])
     return r * (dy * g - acc[0] / acc[2] - xhat * acc[1] / acc[2])
-
-
-cdef void masked_grad_slice(const MaskedGrad* G, Py_ssize_t si, double* part,
-                            in_t* ki, out_t* ko) noexcept nogil:
-    """SLICES: slice si's sums over its selection, then its dx."""
-    cdef const Layout* L = G.L
-    cdef Odometer s, r
-    cdef const Axis* inner = &L.red[L.n_red - 1]
-    cdef Py_ssize_t n_runs = L.slice_len // inner.size, ri, j, go
-    cdef double m, rs, acc[3]
-    cdef const char* px
-    cdef const char* pm
-    cdef const char* pg
-    cdef const char* pd
-    cdef char* py
-    cdef int phase
-    odo_init(&s, L.kept, L.n_kept, si)
-    m = (<const double*>(L.stat[0] + s.off[OP_S]))[0]
-    rs = (<const double*>(L.stat[1] + s.off[OP_S]))[0]
-    acc[0] = acc[1] = acc[2] = 0.0
-    for phase in range(2):
-        if phase == 0 and G.phase == PHASE_DX:
-            continue
-        if phase == 1 and not sums_kept(G, s.off[OP_S], acc):
-            break
-        odo_init(&r, L.red, L.n_red - 1, 0)
-        for ri in range(n_runs):
-            px = L.base[OP_X] + s.off[OP_X] + r.off[OP_X]
-            pm = L.base[OP_M] + s.off[OP_M] + r.off[OP_M]
-            pg = L.base[OP_G] + s.off[OP_G] + r.off[OP_G]
-            pd = L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY]
-            py = L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX]
-            for j in range(inner.size):
-                if not pm[j * inner.stride[OP_M]]:
-                    continue
-                go = G.gshift + s.off[OP_G] + r.off[OP_G] + j * inner.stride[OP_G]
-                if phase == 0:
-                    grad_value(G, sload(px + j * inner.stride[OP_X], ki),
-                               sload(pd + j * inner.stride[OP_DY], ki),
-                               (<const double*>(pg + j * inner.stride[OP_G]))[0], m, rs, acc,
-                               part + go // <Py_ssize_t>sizeof(double), ki)
-                else:
-                    sstore(py + j * inner.stride[OP_DX],
-                           grad_dx(G, sload(px + j * inner.stride[OP_X], ki),
-                                   sload(pd + j * inner.stride[OP_DY], ki),
-                                   (<const double*>(pg + j * inner.stride[OP_G]))[0], m, rs,
-                                   acc), ko)
-            odo_next(&r, L.red, L.n_red - 1)
 
 
 cdef int masked_grad_columns(const MaskedGrad* G, Py_ssize_t item, double* part,
@@ -361,10 +310,7 @@ cdef int masked_grad_run(const MaskedGrad* G, int nthreads, in_t* ki,
         lo = blk * per
         hi = min(lo + per, n_items)
         for item in range(lo, hi):
-            if L.columns:
-                failed += masked_grad_columns(G, item, pb, ki, ko) != 0
-            else:
-                masked_grad_slice(G, item, pb, ki, ko)
+            failed += masked_grad_columns(G, item, pb, ki, ko) != 0
     for blk in range(1, n_blocks):
         pb = part + 2 * G.n_param * blk
         for p in range(2 * G.n_param):

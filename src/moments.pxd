@@ -345,13 +345,45 @@ cdef inline int next_piece(const unsigned char* m, Py_ssize_t n, Py_ssize_t piec
 cdef inline Py_ssize_t next_stretch(const unsigned char* m, Py_ssize_t sm, Py_ssize_t n,
                                     Py_ssize_t j, Py_ssize_t* e) noexcept nogil:
     """Among n mask bytes sm apart, the first set at or after j (n if none),
-    and in e the end of the stretch of set bytes it starts."""
+    and in e the end of the stretch of set bytes it starts; contiguous
+    bytes are passed over a word at a time."""
+    cdef uint64_t w
+    if sm == 1:
+        while j + 8 <= n:
+            memcpy(&w, m + j, 8)
+            if w != 0:
+                break
+            j = j + 8
     while j < n and not m[j * sm]:
         j = j + 1
     e[0] = j
+    if sm == 1:
+        while e[0] + 8 <= n:
+            memcpy(&w, m + e[0], 8)
+            if (w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080:
+                break           # a byte of w is 0
+            e[0] = e[0] + 8
     while e[0] < n and m[e[0] * sm]:
         e[0] = e[0] + 1
     return j
+
+
+cdef inline int next_part(const unsigned char* m, Py_ssize_t sm, Py_ssize_t n, bint pieces,
+                          Py_ssize_t* j, Py_ssize_t* e) noexcept nogil:
+    """The next part of a masked run to take from j[0] on, [j[0], e[0]): 1, a
+    stretch of selected values; 2, a piece of mixed ones (with `pieces`,
+    contiguous data read a piece of the mask at a time: next_piece; else
+    stretch by stretch); 0, none left."""
+    cdef int k
+    if not pieces:
+        j[0] = next_stretch(m, sm, n, j[0], e)
+        return 1 if j[0] < n else 0
+    while j[0] < n:
+        k = next_piece(m, n, MASK_PIECE, j[0], e)
+        if k != 0:
+            return k
+        j[0] = e[0]
+    return 0
 
 
 cdef inline Moments selected_runs(const char* x, Py_ssize_t sx, const unsigned char* m,

@@ -613,14 +613,6 @@ cdef inline void route_init(Route* R, const Layout* L, int nthreads, bint fresh,
     R.out_bytes = out_bytes
 
 
-cdef inline void route_masked(Route* R, const Layout* L, int nthreads,
-                              Py_ssize_t out_bytes) noexcept nogil:
-    """A where= call: its own schedule on either pattern (masked.pxi)."""
-    route_init(R, L, nthreads, False, out_bytes)
-    R.pattern = COLUMNS if L.columns else SLICES
-    R.way = WAY_MASKED
-
-
 cdef inline Py_ssize_t code_size(int t) noexcept nogil:
     """Bytes of an element of type code t (0, 1, 2: float16/32/64)."""
     return 2 if t == 0 else (4 if t == 1 else 8)
@@ -771,25 +763,29 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
     type in the output slot (OP_Y, absent: no bytes), dy in the bias slot
     (OP_B); both_passes false for one pass of the two (the Dask path)."""
     cdef Py_ssize_t isz = code_size(xt)
+    cdef bint masked = L.base[OP_M] != NULL
     route_init(R, L, nthreads, fresh, dx_bytes)
-    R.stream = stream_output(L, dx_bytes, STREAM_MIN_BYTES, fresh)
+    # where= (SLICES): dx is written a stretch of selected values at a time,
+    # not streamed, slice by slice; columns keep their own walk.
+    R.stream = not masked and stream_output(L, dx_bytes, STREAM_MIN_BYTES, fresh)
     # x, dy and dx, all the call reads and writes, fit the caches
     R.in_cache = 2 * x_bytes + dx_bytes <= (CACHED_BYTES_F64 if xt == 2 else CACHED_BYTES)
     R.fault_in = R.stream and fresh and R.threads > 1 and dx_contiguous
     if L.columns:
         R.pattern = COLUMNS
-        R.way = WAY_TILES
+        R.way = WAY_MASKED if masked else WAY_TILES
         return 0
     # Runs of a few values as columns, up to the run length from which the
     # image order is faster.
-    if (both_passes and channels_fit(L, isz, GRADIENT_COLUMN_BYTES, x_bytes, OP_Y, isz)
+    if (not masked and both_passes
+            and channels_fit(L, isz, GRADIENT_COLUMN_BYTES, x_bytes, OP_Y, isz)
             and c_block(L, OP_B, isz) and L.red[1].size < IMAGES_INNER_MIN):
         R.pattern = IMAGES
         R.way = WAY_CHANNELS
         R.inner = L.red[1].size
         return 0
-    if images_fit(L, (1 << OP_X) | (1 << OP_B) | ((1 << OP_Y) if dx_bytes else 0), 1 << OP_G,
-                  isz, 1):
+    if not masked and images_fit(L, (1 << OP_X) | (1 << OP_B) | ((1 << OP_Y) if dx_bytes else 0),
+                                 1 << OP_G, isz, 1):
         R.pattern = IMAGES
         R.way = WAY_IMAGES
         return 0
@@ -797,7 +793,8 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
     R.way = WAY_WHOLE
     # Single contiguous runs along which gamma lies, the same for every
     # slice (layer norm): rows a few at a time share the parameter sums.
-    if (L.n_red == 1 and L.red[0].stride[OP_X] == isz and L.red[0].stride[OP_B] == isz
+    if (not masked and L.n_red == 1 and L.red[0].stride[OP_X] == isz
+            and L.red[0].stride[OP_B] == isz
             and L.red[0].stride[OP_G] == 8 and same_for_all(L, OP_G)):
         R.way = WAY_ROWS
         # Rows a multiple of an L1 way apart share their sets: where a whole

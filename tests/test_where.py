@@ -473,6 +473,47 @@ def test_gradients_where_match_reference(spec, kind, into):
             assert_close(db, rdb.reshape(g.shape), 1e-10 * pabs + 1e-300, "dbeta")
 
 
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(["float32", "float64"]), rows=st.integers(1, 3),
+       n=st.integers(1, 1100), pattern=st.sampled_from(["trailing", "random", "runs", "all",
+                                                         "none"]),
+       kind=st.sampled_from(["layer", "rms"]), seed=st.integers(0, 2**32 - 1))
+def test_gradients_of_long_rows_of_any_mask_pattern(dtype, rows, n, pattern, kind, seed):
+    # Rows long enough for whole stretches, mixed pieces and empty ones of
+    # the mask, NaN in x and dy where nothing is selected: dx and the
+    # parameter gradients are those of the selected values, out= keeps its
+    # values elsewhere, bit for bit.
+    rng = np.random.default_rng(seed)
+    x = (3 + rng.standard_normal((rows, n))).astype(dtype)
+    dy = rng.standard_normal((rows, n)).astype(dtype)
+    where = mask_pattern(rng, rows, n, pattern)
+    nan = np.asarray(np.nan).astype(dtype)
+    xg, dyg = np.where(where, x, nan), np.where(where, dy, nan)
+    g = rng.uniform(0.5, 2, n)
+    old = rng.standard_normal((rows, n)).astype(dtype)
+    out = old.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if kind == "layer":
+            _, m, r = fastnorm.layer_norm(xg, g, eps=1e-3, where=where, return_stats=True,
+                                          dtype=np.float64)
+            _, dg, db = fastnorm.layer_norm_backward(dyg, xg, m, r, g, where=where, out=out)
+        else:
+            _, r = fastnorm.rms_norm(xg, g, eps=1e-3, where=where, return_stats=True,
+                                     dtype=np.float64)
+            _, dg = fastnorm.rms_norm_backward(dyg, xg, r, g, where=where, out=out)
+    rdx, rdg, rdb, xhat, rr = reference_grads(dy, x, (1,), where, kind, g)
+    assert_bitwise(out[~where], old[~where])
+    tout, _ = tolerances(x.dtype, x.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = rr * g * (np.abs(dy) + np.abs(xhat) + 1) * (tout + 1e-12 * n)
+        assert_close(out[where], rdx[where], scale[where] + tiny(x.dtype), "dx")
+        pabs = np.where(where, np.abs(dy) * (np.abs(xhat) + 1), 0).sum(axis=0)
+        assert_close(dg, rdg.ravel(), (tout + 1e-12 * rows) * pabs + tiny(x.dtype), "dgamma")
+        if kind == "layer":
+            assert_close(db, rdb.ravel(), (tout + 1e-12 * rows) * pabs + tiny(x.dtype), "dbeta")
+
+
 def test_gradient_of_whole_selected_rows_is_the_unmasked_one():
     # Rows left out entirely: the others' gradients are those of the
     # unmasked call on them alone; the parameters' gradients sum over them.
