@@ -226,7 +226,8 @@ cdef inline double piece_sums(const char* xp, const char* dyp, const char* gp, P
     lanes not selected adding +0.0 whatever x and dy hold there; their
     count."""
     cdef fn_vd vm = fn_set1(m), vr = fn_set1(r), vmr = fn_set1(-m * r), one = fn_set1(1.0)
-    cdef fn_vd sa = fn_zero(), sb = fn_zero(), cnt = fn_zero(), D, u, G, on
+    cdef fn_vd sa = fn_zero(), sb = fn_zero(), cnt = fn_zero(), sd = fn_zero(), sdx = fn_zero()
+    cdef fn_vd D, u, G, on
     cdef Py_ssize_t w = sizeof(in_t), i = 0
     cdef double ta = 0.0, tb = 0.0, tn = 0.0
     G = fn_set1(param_at(gp)[0])
@@ -239,8 +240,8 @@ cdef inline double piece_sums(const char* xp, const char* dyp, const char* gp, P
             fn_store_f64(<double*>pg + i, fn_add(u, fn_load_f64(<double*>pg + i)))
             fn_store_f64(<double*>pb + i, fn_add(D, fn_load_f64(<double*>pb + i)))
         else:
-            (<double*>pg)[0] += fn_hsum(u)
-            (<double*>pb)[0] += fn_hsum(D)
+            sd = fn_add(sd, D)
+            sdx = fn_add(sdx, u)
         sa = fn_fma(D, G, sa)
         sb = fn_fma(u, G, sb)
         cnt = fn_add(cnt, fn_masked(one, on))
@@ -251,6 +252,9 @@ cdef inline double piece_sums(const char* xp, const char* dyp, const char* gp, P
                        &ta, &tb, ki)
             tn = tn + 1.0
         i = i + 1
+    if sg == 0:
+        (<double*>pg)[0] += fn_hsum(sdx)     # one gain: its sums kept in registers
+        (<double*>pb)[0] += fn_hsum(sd)
     acc.a = acc.a + fn_hsum(sa) + ta
     acc.b = acc.b + fn_hsum(sb) + tb
     return fn_hsum(cnt) + tn
