@@ -144,17 +144,19 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
  *   FN_GAIN   ((x - m[c]) k2[c] + k0[c]) g + b        g, b: the row's
  *   FN_GRAD   (x - m[c]) k2[c] + k0[c] + dy k1[c] g   g: the row's gain (or 1)
  * ahead (or NULL): the same bytes of the next piece of x, fetched a
- * vector's worth per vector. */
+ * vector's worth per vector.  sel: as fn_run's (where=, one row). */
 FN_AI void FN_S(fn_values)(const void *x, int xt, void *y, int yt, const void *dy,
                            ptrdiff_t total, ptrdiff_t n, const FN_C *m, const FN_C *k2,
                            const FN_C *k0, const FN_C *k1, FN_C g, FN_C b, const int kind,
-                           int stream, const char *ahead)
+                           int stream, const char *ahead, const unsigned char *sel)
 {
     ptrdiff_t i = 0, c = 0, head = fn_head(y, fn_sizes[yt], FN_VW, total, stream);
     FN_V vg = FN_SET1(g), vb = FN_SET1(b), t;
     FN_C s;
 #define FN_VALUES_ONE(i, c)                                                      \
     do {                                                                         \
+        if (pick != NULL && !pick[i])                                            \
+            break;                                                               \
         s = FN_S(fn_map1)(FN_LD1(x, xt, i), m[c], k2[c], k0[c]);                 \
         if (kind == FN_GAIN)                                                     \
             s = s * g + b;                                                       \
@@ -162,11 +164,6 @@ FN_AI void FN_S(fn_values)(const void *x, int xt, void *y, int yt, const void *d
             s = s + FN_LD1(dy, xt, i) * (k1[c] * g);                             \
         FN_ST1(y, yt, i, s);                                                     \
     } while (0)
-    for (; i < head; i++) {
-        FN_VALUES_ONE(i, c);
-        if (++c == n)
-            c = 0;
-    }
 #define FN_VALUES_VEC(i, c, fetch, streamed)                                     \
     do {                                                                         \
         if (fetch)                                                               \
@@ -177,37 +174,56 @@ FN_AI void FN_S(fn_values)(const void *x, int xt, void *y, int yt, const void *d
             t = FN_FMA(t, vg, vb);                                               \
         else if (kind == FN_GRAD)                                                \
             t = FN_FMA(FN_VLD(dy, xt, i), FN_MUL(FN_LDC(k1 + (c)), vg), t);      \
+        if (pick != NULL)                                                        \
+            t = FN_SELECT(FN_BYTES_MASK(pick + (i)), t, FN_VLD(y, yt, i));       \
         FN_VST(y, yt, i, t, streamed);                                           \
     } while (0)
     /* The vectors up to the end of a row at a time (the last one reads the
      * continued coefficients): a loop with no wrap to check and no flag to
      * test, which in cache is paced by its loads alone. */
-    while (i + FN_VW <= total) {
-        ptrdiff_t k = (n - c + FN_VW - 1) / FN_VW, j;
-        if (k > (total - i) / FN_VW)
-            k = (total - i) / FN_VW;
-        if (ahead == NULL && !stream) {
-            /* two vectors a step (see fn_rows_as) */
-            for (j = 0; j + 2 <= k; j += 2) {
-                FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, 0, 0);
-                FN_VALUES_VEC(i + (j + 1) * FN_VW, c + (j + 1) * FN_VW, 0, 0);
-            }
-            if (j < k)
-                FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, 0, 0);
-        } else
-            for (j = 0; j < k; j++)
-                FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, ahead != NULL, stream);
-        i += k * FN_VW;
-        c += k * FN_VW;
-        while (c >= n)
-            c -= n;
+#define FN_VALUES_ALL                                                            \
+    do {                                                                         \
+        for (; i < head; i++) {                                                  \
+            FN_VALUES_ONE(i, c);                                                 \
+            if (++c == n)                                                        \
+                c = 0;                                                           \
+        }                                                                        \
+        while (i + FN_VW <= total) {                                             \
+            ptrdiff_t k = (n - c + FN_VW - 1) / FN_VW, j;                        \
+            if (k > (total - i) / FN_VW)                                         \
+                k = (total - i) / FN_VW;                                         \
+            if (ahead == NULL && !stream) {                                      \
+                /* two vectors a step (see fn_rows_as) */                        \
+                for (j = 0; j + 2 <= k; j += 2) {                                \
+                    FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, 0, 0);           \
+                    FN_VALUES_VEC(i + (j + 1) * FN_VW, c + (j + 1) * FN_VW, 0, 0); \
+                }                                                                \
+                if (j < k)                                                       \
+                    FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, 0, 0);           \
+            } else                                                               \
+                for (j = 0; j < k; j++)                                          \
+                    FN_VALUES_VEC(i + j * FN_VW, c + j * FN_VW, ahead != NULL, stream); \
+            i += k * FN_VW;                                                      \
+            c += k * FN_VW;                                                      \
+            while (c >= n)                                                       \
+                c -= n;                                                          \
+        }                                                                        \
+        for (; i < total; i++) {                                                 \
+            FN_VALUES_ONE(i, c);                                                 \
+            if (++c == n)                                                        \
+                c = 0;                                                           \
+        }                                                                        \
+    } while (0)
+    /* pick: sel, as a constant NULL in the loops of calls without one. */
+    if (sel == NULL) {
+        const unsigned char *const pick = NULL;
+        FN_VALUES_ALL;
+    } else {
+        const unsigned char *const pick = sel;
+        FN_VALUES_ALL;
     }
+#undef FN_VALUES_ALL
 #undef FN_VALUES_VEC
-    for (; i < total; i++) {
-        FN_VALUES_ONE(i, c);
-        if (++c == n)
-            c = 0;
-    }
 #undef FN_VALUES_ONE
 }
 

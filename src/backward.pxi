@@ -59,6 +59,8 @@ cdef struct Grad:
     Py_ssize_t sstride        # spaced(n_slices)
     Py_ssize_t gshift         # where gamma's (moved) base sits in a buffer, bytes
     double* sums              # COLUMNS: per block, A of every slice, then B
+                              # (with where=, then each slice's count)...
+    Py_ssize_t bstride        # ...bstride doubles a block
     Py_ssize_t n_groups       # COLUMNS: outer kept indices x tiles of columns
     Py_ssize_t group          # COLUMNS: this many adjacent columns are one
                               # slice's (1: each column is a slice)
@@ -785,10 +787,12 @@ cdef inline double* start_group(const Grad* g, Py_ssize_t blk, Py_ssize_t grp, C
     cdef double* s1
     cdef Py_ssize_t c
     cols_of(g, grp, t)
-    s1 = g.sums + 2 * blk * g.sstride + t.slice0
+    s1 = g.sums + blk * g.bstride + t.slice0
     for c in range(t.width):
         s1[c] = 0.0
         s1[g.sstride + c] = 0.0
+        if g.L.base[OP_M] != NULL:
+            s1[2 * g.sstride + c] = 0.0
     odo_init(row, g.L.red, g.L.n_red, blk * g.per_block)
     return s1
 
@@ -796,6 +800,87 @@ cdef inline double* start_group(const Grad* g, Py_ssize_t blk, Py_ssize_t grp, C
 cdef inline Py_ssize_t col_off(const Layout* L, const Cols* t, const Odometer* row,
                                int k) noexcept nogil:
     return t.outer.off[k] + row.off[k] + t.c0 * L.kept[L.n_kept - 1].stride[k]
+
+
+cdef inline const unsigned char* row_mask(const Grad* g, const Cols* t,
+                                          const Odometer* row) noexcept nogil:
+    """where=: the mask's byte of a tile's first column in a row; NULL without."""
+    if g.L.base[OP_M] == NULL:
+        return NULL
+    return <const unsigned char*>(g.L.base[OP_M] + col_off(g.L, t, row, OP_M))
+
+
+cdef inline void selected_row_sums(const Grad* g, const Cols* t, const char* xp,
+                                   const char* dyp, const char* gp, char* pg, char* pb,
+                                   const unsigned char* mp, double* s1, double* s2, double* sn,
+                                   bint per_slice, in_t* ki) noexcept nogil:
+    """Pass 1 of one row of a tile over the columns its where= bytes select
+    (mp, a mask that varies along the columns): per_slice (a gain per
+    column), sum(dy) and sum(dy xhat) into s1 and s2; else A and B, and the
+    parameter sums into pg and pb (gamma's layout); the counts into sn.  The
+    lanes not selected add +0.0 whatever x and dy hold there."""
+    cdef const Axis* vec = &g.L.kept[g.L.n_kept - 1]
+    cdef Py_ssize_t sx = vec.stride[OP_X], sdy = vec.stride[OP_DY], sg = vec.stride[OP_G]
+    cdef Py_ssize_t sm = vec.stride[OP_M], c = 0
+    cdef fn_vd X, D, G, xh, on, one = fn_set1(1.0)
+    cdef double xs, ds, gs
+    if (sx == sizeof(in_t) and sdy == sizeof(in_t) and sm == 1
+            and (per_slice or sg == sizeof(double))):
+        while c + FN_W <= t.width:
+            on = fn_bytes_mask(mp + c)
+            X = vload(xp + c * sx, sx, ki)
+            D = fn_masked(vload(dyp + c * sdy, sdy, ki), on)
+            xh = fn_masked(fn_mul(fn_sub(X, fn_load_f64(t.m + c)), fn_load_f64(t.r + c)), on)
+            fn_store_f64(sn + c, fn_add(fn_load_f64(sn + c), fn_masked(one, on)))
+            if per_slice:
+                fn_store_f64(s1 + c, fn_add(fn_load_f64(s1 + c), D))
+                fn_store_f64(s2 + c, fn_fma(D, xh, fn_load_f64(s2 + c)))
+            else:
+                G = fn_load_f64(<const double*>gp + c)
+                fn_store_f64(<double*>pg + c, fn_fma(D, xh, fn_load_f64(<double*>pg + c)))
+                fn_store_f64(<double*>pb + c, fn_add(D, fn_load_f64(<double*>pb + c)))
+                D = fn_mul(D, G)
+                fn_store_f64(s1 + c, fn_add(fn_load_f64(s1 + c), D))
+                fn_store_f64(s2 + c, fn_fma(D, xh, fn_load_f64(s2 + c)))
+            c = c + FN_W
+    while c < t.width:
+        if mp[c * sm]:
+            xs = (sload(xp + c * sx, ki) - t.m[c]) * t.r[c]
+            ds = sload(dyp + c * sdy, ki)
+            sn[c] += 1.0
+            if per_slice:
+                s1[c] += ds
+                s2[c] += ds * xs
+            else:
+                gs = (<const double*>(gp + c * sg))[0]
+                s1[c] += ds * gs
+                s2[c] += ds * gs * xs
+                (<double*>(pg + c * sg))[0] += ds * xs
+                (<double*>(pb + c * sg))[0] += ds
+        c = c + 1
+
+
+cdef inline bint row_taken(const Grad* g, const Cols* t, const Odometer* row,
+                           const unsigned char** mp, Py_ssize_t* rows_on) noexcept nogil:
+    """Pass 1's view of a row's where= bytes: false for a row a mask
+    constant along the columns leaves out; else true, mp NULL for a whole
+    row (counted in rows_on) or the row's bytes."""
+    mp[0] = row_mask(g, t, row)
+    if mp[0] != NULL and g.L.kept[g.L.n_kept - 1].stride[OP_M] == 0:
+        if not mp[0][0]:
+            return False
+        rows_on[0] = rows_on[0] + 1
+        mp[0] = NULL
+    return True
+
+
+cdef inline void add_rows(const Grad* g, const Cols* t, double* sn,
+                          Py_ssize_t rows_on) noexcept nogil:
+    """The whole rows a block took (row_taken) into each column's count."""
+    cdef Py_ssize_t c
+    if rows_on > 0:
+        for c in range(t.width):
+            sn[c] += <double>rows_on
 
 
 cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
@@ -817,16 +902,27 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
     cdef char* pb
     cdef fn_vd X, D, G, xh, gd, sd, sdx
     cdef double xs, ds, gs, td, tdx
+    cdef const unsigned char* mp
+    cdef Py_ssize_t rows_on
     for grp in range(g.n_groups):
         sa = start_group(g, blk, grp, &t, &row)
         sb = sa + g.sstride
+        rows_on = 0
         for k in range(nr):
+            if not row_taken(g, &t, &row, &mp, &rows_on):
+                odo_next(&row, L.red, L.n_red)
+                continue
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
             go = col_off(L, &t, &row, OP_G)
             gp = g.gamma + go
             pg = <char*>part + g.gshift + go
             pb = <char*>(part + g.pstride) + g.gshift + go
+            if mp != NULL:
+                selected_row_sums(g, &t, xp, dyp, gp, pg, pb, mp, sa, sb, sa + 2 * g.sstride,
+                                  False, ki)
+                odo_next(&row, L.red, L.n_red)
+                continue
             c = 0
             td = 0.0
             tdx = 0.0
@@ -869,6 +965,7 @@ cdef void cols_sums(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept nogil:
                 (<double*>pg)[0] += tdx
                 (<double*>pb)[0] += td
             odo_next(&row, L.red, L.n_red)
+        add_rows(g, &t, sa + 2 * g.sstride, rows_on)
 
 
 cdef inline void strip_sums(const char* x, const char* dy, Py_ssize_t rs_x, Py_ssize_t rs_dy,
@@ -926,7 +1023,7 @@ cdef Py_ssize_t cols_sweeps(const Grad* g, Py_ssize_t r0, Py_ssize_t nr, const C
     cdef const char* dy
     cdef Ahead ax, ady
     if (L.n_red != 1 or strips == 0 or vec.stride[OP_X] != sizeof(in_t)
-            or vec.stride[OP_DY] != sizeof(in_t)):
+            or vec.stride[OP_DY] != sizeof(in_t) or L.base[OP_M] != NULL):
         return 0
     # Rows that follow each other in memory stream faster row by row (the
     # hardware prefetchers see one stream, and the sums are cheap enough).
@@ -970,15 +1067,26 @@ cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept 
     cdef const char* dyp
     cdef fn_vd D, xh
     cdef double xs, ds
+    cdef const unsigned char* mp
+    cdef Py_ssize_t rows_on
     for grp in range(g.n_groups):
         s1 = start_group(g, blk, grp, &t, &row)
         s2 = s1 + g.sstride
         swept = cols_sweeps(g, r0, nr, &t, s1, s2, ki)
         if swept == t.width:
             continue
+        rows_on = 0
         for k in range(nr):
+            if not row_taken(g, &t, &row, &mp, &rows_on):
+                odo_next(&row, L.red, L.n_red)
+                continue
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
+            if mp != NULL:
+                selected_row_sums(g, &t, xp, dyp, NULL, NULL, NULL, mp, s1, s2,
+                                  s1 + 2 * g.sstride, True, ki)
+                odo_next(&row, L.red, L.n_red)
+                continue
             c = swept
             if sx == sizeof(in_t) and sdy == sizeof(in_t):
                 while c + FN_W <= t.width:
@@ -995,6 +1103,7 @@ cdef void cols_sums_per_slice(const Grad* g, Py_ssize_t blk, in_t* ki) noexcept 
                 s2[c] += ds * xs
                 c = c + 1
             odo_next(&row, L.red, L.n_red)
+        add_rows(g, &t, s1 + 2 * g.sstride, rows_on)
 
 
 cdef inline void kept_offsets(const Layout* L, Py_ssize_t si, Py_ssize_t* s_off,
@@ -1019,18 +1128,21 @@ cdef inline void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
     block sums are sum(dy) and sum(dy * xhat): they are dbeta and dgamma.
     With columns in groups, A and B stay unscaled for cols_fold_group."""
     cdef Py_ssize_t b, ns = g.sstride, off, s_off
-    cdef double a = 0.0, bb = 0.0, gs
+    cdef double a = 0.0, bb = 0.0, gs, n = 0.0
+    cdef bint masked = g.L.base[OP_M] != NULL
     cdef Sums acc
     kept_offsets(g.L, si, &s_off, &off)
-    if given_sums(g, s_off, &acc, NULL):
+    if given_sums(g, s_off, &acc, &n):
         if g.slice_param:
             (<double*>(g.dbeta + g.gshift + off))[0] = 0.0
             (<double*>(g.dgamma + g.gshift + off))[0] = 0.0
-        cols_scale(g, si, acc.a, acc.b)
+        cols_scale(g, si, acc.a, acc.b, n)
         return
     for b in range(g.n_blocks):
-        a = a + g.sums[2 * b * ns + si]
-        bb = bb + g.sums[2 * b * ns + ns + si]
+        a = a + g.sums[b * g.bstride + si]
+        bb = bb + g.sums[b * g.bstride + ns + si]
+        if masked:
+            n = n + g.sums[b * g.bstride + 2 * ns + si]
     if g.slice_param:
         (<double*>(g.dbeta + g.gshift + off))[0] = a
         (<double*>(g.dgamma + g.gshift + off))[0] = bb
@@ -1043,8 +1155,8 @@ cdef inline void cols_fold(const Grad* g, Py_ssize_t si) noexcept nogil:
         bb = bb * gs
     acc.a = a
     acc.b = bb
-    if not kept_sums(g, s_off, &acc, 0.0):
-        cols_scale(g, si, a, bb)
+    if not kept_sums(g, s_off, &acc, n):
+        cols_scale(g, si, a, bb, n)
 
 
 cdef void cols_fold_group(const Grad* g, Py_ssize_t first) noexcept nogil:
@@ -1059,18 +1171,23 @@ cdef void cols_fold_group(const Grad* g, Py_ssize_t first) noexcept nogil:
     kept_offsets(g.L, first, &s_off, &g_off)
     gs = (<const double*>(g.gamma + g_off))[0]
     for si in range(first, first + g.group):
-        cols_scale(g, si, a * gs, bb * gs)
+        cols_scale(g, si, a * gs, bb * gs, 0.0)
 
 
-cdef inline void cols_scale(const Grad* g, Py_ssize_t si, double a, double bb) noexcept nogil:
-    """Column si's coefficients of pass 2 from its slice's A and B."""
+cdef inline void cols_scale(const Grad* g, Py_ssize_t si, double a, double bb,
+                            double n) noexcept nogil:
+    """Column si's coefficients of pass 2 from its slice's A and B (n: with
+    where=, its count; a column with none writes no dx)."""
     cdef Py_ssize_t ns = g.sstride
+    cdef double inv_n = g.inv_n
+    if g.L.base[OP_M] != NULL:
+        inv_n = 1.0 / n if n > 0.0 else 0.0
     if g.mode == GRAD_CENTER:
-        g.sums[si] = a * g.inv_n
-        g.sums[ns + si] = bb * g.inv_n
+        g.sums[si] = a * inv_n
+        g.sums[ns + si] = bb * inv_n
     elif g.mode == GRAD_RMS:
         g.sums[si] = 0.0
-        g.sums[ns + si] = bb * g.inv_n
+        g.sums[ns + si] = bb * inv_n
     else:
         g.sums[si] = 0.0
         g.sums[ns + si] = 0.0
@@ -1181,11 +1298,16 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
     cdef const float* kf
     cdef const double* kd
     cdef double grow = 1.0           # a gain per row (cols_coefs)
+    cdef const unsigned char* mp
+    cdef Py_ssize_t sm = vec.stride[OP_M], rows_on = 0
     for grp in range(g.n_groups):
         cols_of(g, grp, &t)
         ab = g.sums + t.slice0
         odo_init(&row, L.red, L.n_red, r0)
         for k in range(nr):
+            if not row_taken(g, &t, &row, &mp, &rows_on):
+                odo_next(&row, L.red, L.n_red)
+                continue
             xp = L.base[OP_X] + col_off(L, &t, &row, OP_X)
             dyp = L.base[OP_DY] + col_off(L, &t, &row, OP_DY)
             gp = g.gamma + col_off(L, &t, &row, OP_G)
@@ -1193,22 +1315,24 @@ cdef void cols_dx(const Grad* g, Py_ssize_t blk, in_t* ki, out_t* ko) noexcept n
             if sg == 0:
                 grow = param_at(gp)[0]
             if in_t is float and out_t is float:
-                if g.c32 != NULL:
+                if g.c32 != NULL and (mp == NULL or sm == 1):
                     kf = g.c32 + t.slice0
                     fn_values_f(xp, 1, dxp, 1, dyp, t.width, t.width, kf, kf + 2 * ns, kf + 3 * ns,
-                                kf + ns, <float>grow, 0.0, FN_GRAD, g.R.stream, NULL)
+                                kf + ns, <float>grow, 0.0, FN_GRAD, g.R.stream, NULL, mp)
                     odo_next(&row, L.red, L.n_red)
                     continue
-            if g.c64 != NULL:
+            if g.c64 != NULL and (mp == NULL or sm == 1):
                 kd = g.c64 + t.slice0
                 fn_values_d(xp, tcode(ki), dxp, ocode(ko), dyp, t.width, t.width, kd,
                             kd + 2 * ns, kd + 3 * ns, kd + ns, grow, 0.0, FN_GRAD, g.R.stream,
-                            NULL)
+                            NULL, mp)
                 odo_next(&row, L.red, L.n_red)
                 continue
             for c in range(t.width):
-                fn_strided_grad(xp + c * sx, 0, dyp + c * sdy, 0, tcode(ki), dxp + c * sdx, 0,
-                                ocode(ko), gp + c * sg, 0, 1, t.m[c], t.r[c], ab[c], ab[ns + c])
+                if mp == NULL or mp[c * sm]:
+                    fn_strided_grad(xp + c * sx, 0, dyp + c * sdy, 0, tcode(ki), dxp + c * sdx,
+                                    0, ocode(ko), gp + c * sg, 0, 1, t.m[c], t.r[c], ab[c],
+                                    ab[ns + c])
             odo_next(&row, L.red, L.n_red)
     fn_sfence()
 
@@ -1221,7 +1345,8 @@ cdef int run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
     cdef int nthreads
     cdef Py_ssize_t i, n_blocks, min_per_block
     cdef Py_ssize_t units = L.slice_len if L.columns else L.n_slices
-    cdef Py_ssize_t per_unit = 2 * g.n_param + (2 * L.n_slices if L.columns else 0)
+    cdef Py_ssize_t per_unit = 2 * g.n_param + ((3 if L.base[OP_M] != NULL else 2) * L.n_slices
+                                                 if L.columns else 0)
     g.pstride = spaced(g.n_param)
     g.sstride = spaced(L.n_slices)
     if g.R.way == WAY_IMAGES:
@@ -1247,7 +1372,8 @@ cdef int run(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
     if L.columns:
         g.n_groups = (L.n_slices // L.kept[L.n_kept - 1].size
                       * ((L.kept[L.n_kept - 1].size + GRAD_COL_TILE - 1) // GRAD_COL_TILE))
-        g.sums = <double*>fn_malloc(2 * g.n_blocks * g.sstride * sizeof(double))
+        g.bstride = (3 if L.base[OP_M] != NULL else 2) * g.sstride
+        g.sums = <double*>fn_malloc(g.n_blocks * g.bstride * sizeof(double))
         if g.sums == NULL:
             fn_free(g.partial)
             return -1
@@ -1325,6 +1451,13 @@ cdef int run_passes(Grad* g, in_t* ki, out_t* ko) noexcept nogil:
         piece.gamma = g.gamma + shift
         piece.dgamma = g.dgamma + shift
         piece.dbeta = g.dbeta + shift
+        # (the slices' sums given or asked for: the statistics' layout)
+        shift = start * L.kept[a].stride[OP_S]
+        if g.sa != NULL:
+            piece.sa = g.sa + shift
+            piece.sb = g.sb + shift
+        if g.sn != NULL:
+            piece.sn = g.sn + shift
         if a == L.n_kept - 1:
             rc = run(&piece, ki, ko)
         else:

@@ -1867,9 +1867,11 @@ cdef void column_coefs(const ColumnPlan* p, Py_ssize_t group) noexcept nogil:
 
 cdef inline void column_segment(const ColumnPlan* p, const Tile* t, const Odometer* row,
                                 Py_ssize_t group, Py_ssize_t c0, Py_ssize_t c1,
-                                const char* ahead, in_t* ki, out_t* ko) noexcept nogil:
+                                const char* ahead, const unsigned char* sel, in_t* ki,
+                                out_t* ko) noexcept nogil:
     """The output of columns c0 .. c1 of one row of one tile (ahead: see
-    fn_values)."""
+    fn_values; sel: NULL, or the row's where= bytes from column 0 on, a
+    mask that varies along the columns: y written where they are set)."""
     cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
     cdef Py_ssize_t sx = vec.stride[OP_X], sy = vec.stride[OP_Y]
     cdef Py_ssize_t sg = vec.stride[OP_G], sb = vec.stride[OP_B], c
@@ -1880,25 +1882,39 @@ cdef inline void column_segment(const ColumnPlan* p, const Tile* t, const Odomet
     cdef const float* f_m
     cdef double g = 1.0, b = 0.0, v
     cdef int kind = FN_PLAIN if p.fold else FN_GAIN
+    cdef Py_ssize_t sm = vec.stride[OP_M]
+    cdef const unsigned char* pick = NULL if sel == NULL else sel + c0
     if not p.fold:
         g = param_at(gp)[0]
         b = param_at(bp)[0]
     if in_t is float and out_t is float:
+        if p.f32 and p.ok32[group] and sel != NULL and sm != 1:
+            # where= bytes apart: the float32 coefficients value by value
+            f_m = p.coef32 + group * COEF32_STRIDE
+            for c in range(c0, c1):
+                if sel[c * sm]:
+                    v = ((sload(xp + c * sx, ki) - f_m[c]) * f_m[COL_TILE + WRAP + c]
+                         + f_m[2 * (COL_TILE + WRAP) + c])
+                    sstore(yp + c * sy, v * g + b, ko)
+            return
         if p.f32 and p.ok32[group]:
             f_m = p.coef32 + group * COEF32_STRIDE
             fn_values_f(xp + c0 * sizeof(float), 1, yp + c0 * sizeof(float), 1, NULL,
                         c1 - c0, t.width, f_m + c0, f_m + COL_TILE + WRAP + c0,
                         f_m + 2 * (COL_TILE + WRAP) + c0, NULL, <float>g, <float>b, kind,
-                        p.R.stream, ahead)
+                        p.R.stream, ahead, pick)
             return
-    if sx == sizeof(in_t) and sy == sizeof(out_t) and (p.fold or (sg == 0 and sb == 0)):
+    if (sx == sizeof(in_t) and sy == sizeof(out_t) and (p.fold or (sg == 0 and sb == 0))
+            and (sel == NULL or sm == 1)):
         fn_values_d(xp + c0 * sx, tcode(ki), yp + c0 * sy, ocode(ko), NULL, c1 - c0, t.width,
                     t.pivot + c0, t.shift + c0, t.scale + c0, NULL, g, b, kind, p.R.stream,
-                    ahead)
+                    ahead, pick)
         return
     # Any strides (and a gain and bias that vary along the columns and the
     # rows): value by value.
     for c in range(c0, c1):
+        if sel != NULL and not sel[c * sm]:
+            continue
         v = (sload(xp + c * sx, ki) - t.pivot[c]) * t.shift[c] + t.scale[c]
         if not p.fold:
             v = v * param_at(gp + c * sg)[0] + param_at(bp + c * sb)[0]
@@ -1951,7 +1967,7 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
                             # fetch covers cw columns.)
                             nxt = xp - k * rs + cw * p.L.kept[p.L.n_kept - 1].stride[OP_X]
                     if not masked or row_selected(p, t, &r):
-                        column_segment(p, t, &r, group, c0, c0 + cw, nxt, ki, ko)
+                        column_segment(p, t, &r, group, c0, c0 + cw, nxt, NULL, ki, ko)
                     odo_next(&r, p.L.red, p.L.n_red)
                 c0 = c0 + cw
         for k in range(n):
@@ -1979,13 +1995,14 @@ cdef void column_rows_out(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
             f_m = p.coef32 + t.group * COEF32_STRIDE
             fn_values_f(col_ptr(p, &t, &row, OP_X), 1, <void*>col_ptr(p, &t, &row, OP_Y), 1,
                         NULL, nr * p.n_cols, p.n_cols, f_m, f_m + COL_TILE + WRAP,
-                        f_m + 2 * (COL_TILE + WRAP), NULL, 1.0, 0.0, FN_PLAIN, p.R.stream, NULL)
+                        f_m + 2 * (COL_TILE + WRAP), NULL, 1.0, 0.0, FN_PLAIN, p.R.stream, NULL,
+                        NULL)
             fn_sfence()
             return
     if p.periodic_d:
         fn_values_d(col_ptr(p, &t, &row, OP_X), tcode(ki), <void*>col_ptr(p, &t, &row, OP_Y),
                     ocode(ko), NULL, nr * p.n_cols, p.n_cols, t.pivot, t.shift, t.scale, NULL,
-                    1.0, 0.0, FN_PLAIN, p.R.stream, NULL)
+                    1.0, 0.0, FN_PLAIN, p.R.stream, NULL, NULL)
         fn_sfence()
         return
     column_rows_chunked(p, &t, &row, &ahead, nr, row_bytes, ki, ko)

@@ -241,10 +241,8 @@ def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,
     fn_clean_upper()
     cdef Layout L
     cdef Route R
-    cdef MaskedGrad G
     cdef Grad g
-    cdef Py_ssize_t sshift
-    cdef int k, rc, phase, in_code = type_code(x), out_code = in_code if dx is None else type_code(dx)
+    cdef int phase, in_code = type_code(x)
     if type_code(dy) != in_code:
         raise TypeError("dy and x must have the same dtype")
     if cnp.PyArray_ITEMSIZE(where) != 1 or where.ndim != x.ndim:
@@ -262,41 +260,14 @@ def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,
                     and (dx is not None or cnp.PyArray_ISWRITEABLE(a))):
                 raise ValueError("masked_backward: slice sums are C-contiguous doubles "
                                  "of the statistics' size")
-    make_layout(&L, x, (dx, gamma, dy, mean, rstd, None), reduced, None, where)
-    if not L.columns:
-        phase = PHASE_BOTH if slice_sums is None else (PHASE_SUMS if dx is None else PHASE_DX)
-        sa, sb, sn = (None, None, None) if slice_sums is None else slice_sums
-        if explain:
-            backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, sums[0], sums[1], reduced,
-                           mode, nthreads, False, phase, sa, sb, 0.0, where, sn)
-            return route_dict(&R, &L)
-        run_backward(dy, x, dx, gamma, mean, rstd, sums[0], sums[1], reduced, mode, nthreads,
-                     False, phase, sa, sb, 0.0, where, sn)
-        return
-    route_backward(&R, &L, in_code, nthreads, False, False, cnp.PyArray_NBYTES(x),
-                   0 if dx is None else dx.nbytes, slice_sums is None)
+    phase = PHASE_BOTH if slice_sums is None else (PHASE_SUMS if dx is None else PHASE_DX)
+    sa, sb, sn = (None, None, None) if slice_sums is None else slice_sums
     if explain:
+        backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, sums[0], sums[1], reduced,
+                       mode, nthreads, False, phase, sa, sb, 0.0, where, sn)
         return route_dict(&R, &L)
-    G.L = &L
-    G.mode = mode
-    G.phase = PHASE_BOTH
-    if slice_sums is not None:
-        G.phase = PHASE_SUMS if dx is None else PHASE_DX
-        sshift = L.stat[0] - <char*>cnp.PyArray_DATA(mean)
-        for k in range(3):
-            G.sums[k] = <char*>cnp.PyArray_DATA(<cnp.ndarray>slice_sums[k]) + sshift
-    G.gshift = L.base[OP_G] - <char*>cnp.PyArray_DATA(gamma)
-    G.n_param = gamma.size
-    G.partial = <double*>cnp.PyArray_DATA(sums)
-    with nogil:
-        if in_code == 0:
-            rc = masked_grad_in(&G, R.threads, out_code, <half_t*>NULL)
-        elif in_code == 1:
-            rc = masked_grad_in(&G, R.threads, out_code, <float*>NULL)
-        else:
-            rc = masked_grad_in(&G, R.threads, out_code, <double*>NULL)
-    if rc != 0:
-        raise MemoryError("fastnorm: could not allocate scratch memory")
+    run_backward(dy, x, dx, gamma, mean, rstd, sums[0], sums[1], reduced, mode, nthreads,
+                 False, phase, sa, sb, 0.0, where, sn)
 
 
 cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarray x, dx,

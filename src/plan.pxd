@@ -766,15 +766,15 @@ cdef inline int route_backward(Route* R, const Layout* L, int xt, int nthreads, 
     cdef Py_ssize_t isz = code_size(xt)
     cdef bint masked = L.base[OP_M] != NULL
     route_init(R, L, nthreads, fresh, dx_bytes)
-    # where= (SLICES): dx is written a stretch of selected values at a time,
-    # not streamed, slice by slice; columns keep their own walk.
+    # where=: dx is written where selected alone (vectors of mixed lanes
+    # blend dx's own values back), not streamed.
     R.stream = not masked and stream_output(L, dx_bytes, STREAM_MIN_BYTES, fresh)
     # x, dy and dx, all the call reads and writes, fit the caches
     R.in_cache = 2 * x_bytes + dx_bytes <= (CACHED_BYTES_F64 if xt == 2 else CACHED_BYTES)
     R.fault_in = R.stream and fresh and R.threads > 1 and dx_contiguous
     if L.columns:
         R.pattern = COLUMNS
-        R.way = WAY_MASKED if masked else WAY_TILES
+        R.way = WAY_TILES
         return 0
     # Runs of a few values as columns, up to the run length from which the
     # image order is faster.

@@ -73,11 +73,12 @@ cdef extern from "apply.h" nogil:
                   const unsigned char* sel)
     void fn_values_f(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t total,
                      Py_ssize_t n, const float* m, const float* k2, const float* k0,
-                     const float* k1, float g, float b, int kind, int stream, const char* ahead)
+                     const float* k1, float g, float b, int kind, int stream, const char* ahead,
+                     const unsigned char* sel)
     void fn_values_d(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t total,
                      Py_ssize_t n, const double* m, const double* k2, const double* k0,
                      const double* k1, double g, double b, int kind, int stream,
-                     const char* ahead)
+                     const char* ahead, const unsigned char* sel)
     void fn_rows_f(const void* x, int xt, void* y, int yt, const void* dy, Py_ssize_t rows,
                    Py_ssize_t n, const float* m, const float* k2, const float* k0,
                    const float* k1, const float* g, const float* b, int kind, int stream)

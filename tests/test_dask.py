@@ -168,6 +168,24 @@ def test_backward_matches_numpy(case, chunks):
     assert_same(f(dy, x), f(P["dy"], X), rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_backward_of_many_features_in_batches(masked):
+    # More features than one pass of the columns' gradients takes: each
+    # pass reads and writes its own features' sums between the two phases.
+    rng = np.random.default_rng(8)
+    x, dy = rng.standard_normal((2, 12, 20000))
+    g = rng.uniform(0.5, 2, 20000)
+    where = None
+    if masked:
+        where = rng.random(x.shape) < 0.5
+        where[:2] = True
+    _, m, r = fastnorm.batch_norm(x, g, axis=0, return_stats=True, where=where)
+    want = fastnorm.batch_norm_backward(dy, x, m, r, g, axis=0, where=where)
+    chunked = [da.from_array(a, chunks=(4, 20000)) for a in (dy, x)]
+    got = fastnorm.batch_norm_backward(*chunked, m, r, g, axis=0, where=where)
+    assert_same(got, want, rtol=1e-11, atol=1e-11)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_low_precision_inputs(dtype):
     x = _x((10, 6, 7), dtype)

@@ -208,28 +208,39 @@ def test_long_rows_of_any_mask_pattern(dtype, rows, n, pattern, garbage, seed):
         assert_close(var, m2 / cnt, tout * m2 / cnt + tacc * spread**2 + tiny(res), "var")
 
 
-@settings(max_examples=60, deadline=None)
+def column_mask(rng, rows, cols, pattern, kind):
+    """A mask over (rows, cols): whole rows ("rows", (rows, 1)), or values
+    ("values"; "values_t": the same through a transposed array, its bytes
+    cols apart along a row)."""
+    if kind == "rows":
+        return mask_pattern(rng, 1, rows, pattern).reshape(rows, 1)
+    m = mask_pattern(rng, cols, rows, pattern).T
+    return m if kind == "values_t" else np.ascontiguousarray(m)
+
+
+@settings(max_examples=80, deadline=None)
 @given(dtype=st.sampled_from(["float16", "float32", "float64"]),
        rows=st.sampled_from([1, 3, 40, 700, 9000]), cols=st.integers(1, 70),
        pattern=st.sampled_from(["trailing", "random", "runs", "all", "none"]),
+       kind=st.sampled_from(["rows", "values", "values_t"]),
        split=st.booleans(), layout=st.sampled_from(["C", "F", "strided"]),
        seed=st.integers(0, 2**32 - 1))
-def test_columns_with_whole_rows_masked(dtype, rows, cols, pattern, split, layout, seed):
-    # A mask constant along the columns (padded sequences: (N, T, 1) over
-    # (N, T, C)) selects whole rows: every column's statistics are those of
-    # the selected rows, garbage in the others changes nothing, and out=
-    # keeps its values there, bit for bit.  Up to 9000 rows: several blocks
-    # of rows, and float32 sums folded every few thousand rows.
+def test_columns_of_any_mask_pattern(dtype, rows, cols, pattern, kind, split, layout, seed):
+    # Masks over columns: constant along them (padded sequences: (N, T, 1)
+    # over (N, T, C)) or varying: every column's statistics are those of its
+    # selected values, garbage in the others changes nothing, and out= keeps
+    # its values there, bit for bit.  Up to 9000 rows: several blocks of
+    # rows, and float32 sums folded every few thousand rows.
     rng = np.random.default_rng(seed)
     x = (5 + 2 * rng.standard_normal((rows, cols))).astype(dtype)
-    keep = mask_pattern(rng, 1, rows, pattern).reshape(rows, 1)
+    keep = column_mask(rng, rows, cols, pattern, kind)
     xg = np.where(keep, x, np.asarray(np.nan).astype(dtype))
     if layout == "F":
         xg = np.asfortranarray(xg)
     elif layout == "strided":
         xg = np.repeat(xg, 2, axis=1)[:, ::2]
     shape, axes = ((2, rows // 2, cols), (0, 1)) if split and rows % 2 == 0 else (x.shape, (0,))
-    xs, ks, x0 = xg.reshape(shape), keep.reshape(shape[:-1] + (1,)), x.reshape(shape)
+    xs, ks, x0 = xg.reshape(shape), keep.reshape(shape[:-1] + keep.shape[-1:]), x.reshape(shape)
     res = out_dtype(x.dtype)
     tout, tacc = tolerances(x.dtype, res)
     old = rng.standard_normal(shape).astype(res)
@@ -512,6 +523,49 @@ def test_gradients_of_long_rows_of_any_mask_pattern(dtype, rows, n, pattern, kin
         assert_close(dg, rdg.ravel(), (tout + 1e-12 * rows) * pabs + tiny(x.dtype), "dgamma")
         if kind == "layer":
             assert_close(db, rdb.ravel(), (tout + 1e-12 * rows) * pabs + tiny(x.dtype), "dbeta")
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(["float32", "float64"]), rows=st.sampled_from([2, 40, 700]),
+       cols=st.integers(1, 70), pattern=st.sampled_from(["trailing", "random", "runs", "all",
+                                                         "none"]),
+       mask=st.sampled_from(["rows", "values", "values_t"]), kind=st.sampled_from(["batch",
+                                                                                  "layer"]),
+       seed=st.integers(0, 2**32 - 1))
+def test_gradients_of_columns_of_any_mask_pattern(dtype, rows, cols, pattern, mask, kind, seed):
+    # Gradients over the rows of columns (batch norm's features; layer norm
+    # over axis 0, a gain per row) with whole rows or single values left
+    # out, NaN in x and dy there: dx and the parameter gradients are those
+    # of the selected values, out= keeps its values elsewhere, bit for bit.
+    rng = np.random.default_rng(seed)
+    x = (3 + rng.standard_normal((rows, cols))).astype(dtype)
+    dy = rng.standard_normal((rows, cols)).astype(dtype)
+    where = column_mask(rng, rows, cols, pattern, mask)
+    sel = np.broadcast_to(where, x.shape)
+    nan = np.asarray(np.nan).astype(dtype)
+    xg, dyg = np.where(sel, x, nan), np.where(sel, dy, nan)
+    g = rng.uniform(0.5, 2, cols if kind == "batch" else (rows, 1))
+    old = rng.standard_normal((rows, cols)).astype(dtype)
+    out = old.copy()
+    n, m, m2, _ = masked_moments(x, (0,), where)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = 1 / np.sqrt(m2 / n + 1e-3)
+    backward = fastnorm.batch_norm_backward if kind == "batch" else fastnorm.layer_norm_backward
+    _, dg, db = backward(dyg, xg, m, r, g, axis=0, where=where, out=out)
+    rdx, rdg, rdb, xhat, rr = reference_grads(dy, x, (0,), where, kind,
+                                              g if kind == "layer" else g[None, :])
+    assert_bitwise(out[~sel], old[~sel])
+    tout, _ = tolerances(x.dtype, x.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = rr * np.abs(g) * (np.abs(dy) + np.abs(xhat) + 1) * (tout + 1e-12 * rows)
+        assert_close(out[sel], rdx[sel], np.broadcast_to(scale, x.shape)[sel] + tiny(x.dtype),
+                     "dx")
+        pax = 0 if kind == "batch" else 1
+        pabs = np.where(sel, np.abs(dy) * (np.abs(xhat) + 1), 0).sum(axis=pax)
+        assert_close(dg.ravel(), rdg.ravel(), (tout + 1e-12 * rows) * pabs + tiny(x.dtype),
+                     "dgamma")
+        assert_close(db.ravel(), rdb.ravel(), (tout + 1e-12 * rows) * pabs + tiny(x.dtype),
+                     "dbeta")
 
 
 def test_gradient_of_whole_selected_rows_is_the_unmasked_one():
