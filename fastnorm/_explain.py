@@ -71,7 +71,7 @@ def explain(func, *args, **kwargs):
         call takes the fast path for small calls) and ``copies`` (what is
         copied or converted before the kernel runs).  ``columns`` is None
         but for a forward call on the columns pattern's ``tiles`` schedule
-        (not gradients, not ``where=``), where it gives the plan derived
+        (not gradients), where it gives the plan derived
         from the shape and the caches (of the call's first piece, where it
         goes in pieces): ``tile_columns`` (columns a thread's tile
         holds) and ``tiles``, the statistics' ``row_blocks`` of ``rows_per_block``
@@ -85,7 +85,10 @@ def explain(func, *args, **kwargs):
         ``fetch_ahead``: what each sweep prefetches, "sweeps" (the next
         sweep's rows, for data larger than the caches), "heads" (only the
         first bytes of each next row, where rows lie a multiple of 4 KiB
-        apart and would evict each other from L1) or "none" (in cache).
+        apart and would evict each other from L1) or "none" (in cache),
+        and ``where``: None, "rows" (a mask constant along the columns:
+        the rows it leaves out skipped) or "lanes" (a mask that varies
+        along them: each column's selected values, lane by lane).
         ``runs_fetch`` is None but for the statistics of a forward call on
         the slices pattern whose slices are several runs (the maps of an
         NCHW channel): what each run's statistics fetch beyond their own

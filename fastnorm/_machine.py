@@ -63,8 +63,7 @@ SIZES = ("l1d", "l2", "l3", "share")
 # a core; docs/design.md has the figures.
 SHARE_MAX = 16 * MIB
 # Tuning values that count values or columns; the others are bytes.
-COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "mask_tile", "paged_grad_rows",
-          "prefetch_fills_l1")
+COUNTS = ("parallel_min", "ahead_f32", "out_chunk", "paged_grad_rows", "prefetch_fills_l1")
 
 
 def parse_size(text):
@@ -447,9 +446,6 @@ RULES = (
     # would not stay there, and would evict x and the caller's data on
     # their way out.
     ("stream_min_bytes", "max(share, 2 L2)", lambda c: max(c.share, 2 * c.l2)),
-    # Columns a masked COLUMNS item walks: their states (72 bytes a column)
-    # within half of L1d, in whole vectors of 16.
-    ("mask_tile", "L1d / 144, in columns", lambda c: max(16, c.l1d // 2 // 72 // 16 * 16)),
     # Gradient rows an L1 way apart (4 KiB) read side by side: tuning.h's
     # GRAD_ROWS (4) where an L1 set holds their 8 lines of x and dy and the
     # partial buffers' 2, half as many where it does not.  A set has L1d /

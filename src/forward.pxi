@@ -1359,7 +1359,10 @@ cdef struct ColumnPlan:
     bint rows_masked          # where= constant along the columns: a byte a
                               # row (of each outer index), rows not selected
                               # skipped...
-    double* block_n           # ...and each statistics item's count of rows
+    bint lanes_masked         # ...or varying along them: lanes selected
+    double* block_n           # where=: each statistics item's count of rows
+                              # (rows_masked) or of each column's values...
+    Py_ssize_t n_stride       # ...n_stride doubles an item
 
 
 cdef struct Tile:
@@ -1396,6 +1399,12 @@ cdef inline const char* col_ptr(const ColumnPlan* p, const Tile* t, const Odomet
     return p.L.base[k] + t.outer.off[k] + row.off[k] + t.c0 * vec.stride[k]
 
 
+cdef inline const char* col_ptr_at(const ColumnPlan* p, const Tile* t, int k) noexcept nogil:
+    """Operand k at a tile's first column of the outer index's first row
+    (rows then add their odometer offsets)."""
+    return p.L.base[k] + t.outer.off[k] + t.c0 * p.L.kept[p.L.n_kept - 1].stride[k]
+
+
 cdef inline bint row_selected(const ColumnPlan* p, const Tile* t,
                               const Odometer* row) noexcept nogil:
     """Whether a row of a tile takes part (p.rows_masked: its where= byte)."""
@@ -1414,6 +1423,9 @@ cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcep
     cdef double first
     tile_of(p, group, &t)
     odo_init(&row, p.L.red, p.L.n_red, 0)
+    if p.lanes_masked:
+        lanes_pivots(p, &t, &row, ki)
+        return
     for k in range(p.n_rows - 1):
         if row_selected(p, &t, &row):
             break
@@ -1424,6 +1436,163 @@ cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcep
         t.pivot[c] = pick_pivot(first, ki)
         if in_t is not double:
             t.shift[c] = first if first - first == 0.0 else 0.0
+
+
+cdef void lanes_pivots(const ColumnPlan* p, const Tile* t, Odometer* row,
+                       in_t* ki) noexcept nogil:
+    """column_pivots with a mask that varies along the columns: each
+    column's first selected value's (0 where none is)."""
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    cdef Py_ssize_t sx = vec.stride[OP_X], sm = vec.stride[OP_M], c, k, left = t.width
+    cdef const unsigned char* mp
+    cdef const char* xp
+    cdef char found[COL_TILE]
+    cdef double first
+    for c in range(t.width):
+        found[c] = 0
+        t.pivot[c] = 0.0
+        t.shift[c] = 0.0
+    k = 0
+    while left > 0 and k < p.n_rows:
+        mp = <const unsigned char*>col_ptr(p, t, row, OP_M)
+        xp = col_ptr(p, t, row, OP_X)
+        for c in range(t.width):
+            if mp[c * sm] and not found[c]:
+                found[c] = 1
+                left = left - 1
+                first = sload(xp + c * sx, ki)
+                t.pivot[c] = pick_pivot(first, ki)
+                if in_t is not double:
+                    t.shift[c] = first if first - first == 0.0 else 0.0
+        odo_next(row, p.L.red, p.L.n_red)
+        k = k + 1
+
+
+cdef inline void lanes_fold(double* s, double* q, double* k, const double* centre,
+                            double* mean, double* m2, double* cnt, Py_ssize_t n) noexcept nogil:
+    """n columns' shifted sums of some rows (s of x - centre, q of its
+    squares, k values) merged into their moments so far (chan; cnt values),
+    in column order."""
+    cdef Py_ssize_t l
+    cdef double a, v
+    for l in range(n):
+        if k[l] == 0.0:
+            continue
+        a = s[l] / k[l]
+        v = q[l] - s[l] * a
+        if v < 0.0:
+            v = 0.0
+        a = centre[l] + a
+        if cnt[l] == 0.0:
+            mean[l] = a
+            m2[l] = v
+        else:
+            chan(cnt[l], &mean[l], &m2[l], k[l], a, v)
+        cnt[l] = cnt[l] + k[l]
+
+
+cdef inline void lanes_strip(const ColumnPlan* p, const Tile* t, Py_ssize_t c, int nv,
+                             const Py_ssize_t* xo, const Py_ssize_t* mo, Py_ssize_t nrows,
+                             double* mean, double* m2, double* cnt, in_t* ki) noexcept nogil:
+    """lanes_block_stats of nv contiguous vectors of columns from c on, a
+    sweep down nrows rows (x's and the mask's bytes at xo and mo) with the
+    sums in registers: d = (x - pivot) - centre, centre the column's mean
+    so far (its first selected value before any), +0.0 where not selected."""
+    cdef fn_vd s[FN_NVC]
+    cdef fn_vd q[FN_NVC]
+    cdef fn_vd k[FN_NVC]
+    cdef fn_vd piv[FN_NVC]
+    cdef fn_vd cen[FN_NVC]
+    cdef fn_vd d, on, one = fn_set1(1.0)
+    cdef double cs[FN_NVC * 8]
+    cdef double ts[FN_NVC * 8]
+    cdef double tq[FN_NVC * 8]
+    cdef double tk[FN_NVC * 8]
+    cdef const char* xb = col_ptr_at(p, t, OP_X) + c * sizeof(in_t)
+    cdef const unsigned char* mb = <const unsigned char*>col_ptr_at(p, t, OP_M) + c
+    cdef Py_ssize_t r, l
+    cdef int v
+    for l in range(nv * FN_W):
+        if cnt[c + l] > 0.0:
+            cs[l] = mean[c + l]
+        elif in_t is double:
+            cs[l] = 0.0
+        else:
+            cs[l] = t.shift[c + l]
+    for v in range(nv):
+        s[v] = fn_zero()
+        q[v] = fn_zero()
+        k[v] = fn_zero()
+        piv[v] = fn_load_f64(t.pivot + c + v * FN_W)
+        cen[v] = fn_load_f64(cs + v * FN_W)
+    for r in range(nrows):
+        for v in range(nv):
+            on = fn_bytes_mask(mb + mo[r] + v * FN_W)
+            d = fn_masked(fn_sub(shifted(vload(xb + xo[r] + v * FN_W * sizeof(in_t),
+                                               sizeof(in_t), ki), piv[v], ki), cen[v]), on)
+            s[v] = fn_add(s[v], d)
+            q[v] = fn_fma(d, d, q[v])
+            k[v] = fn_add(k[v], fn_masked(one, on))
+    for v in range(nv):
+        fn_store_f64(ts + v * FN_W, s[v])
+        fn_store_f64(tq + v * FN_W, q[v])
+        fn_store_f64(tk + v * FN_W, k[v])
+    lanes_fold(ts, tq, tk, cs, mean + c, m2 + c, cnt + c, nv * FN_W)
+
+
+cdef void lanes_block_stats(const ColumnPlan* p, const Tile* t, Py_ssize_t r0, Py_ssize_t nr,
+                            double* mean, double* m2, double* cnt, in_t* ki) noexcept nogil:
+    """column_block_stats of rows r0 .. r0 + nr with a mask that varies
+    along the columns: MASK_ROWS rows at a time, each column's selected
+    values as shifted sums lane by lane with their counts (lanes_strip;
+    strided columns or mask, and the last columns, value by value), merged
+    into its moments.  A column's sums are about its mean so far, so they
+    cancel about log2(MASK_ROWS + 1) bits at most, as a block's do."""
+    cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
+    cdef Py_ssize_t sx = vec.stride[OP_X], sm = vec.stride[OP_M]
+    cdef Py_ssize_t xo[MASK_ROWS]
+    cdef Py_ssize_t mo[MASK_ROWS]
+    cdef Py_ssize_t done = 0, n, r, c, strip = FN_NVC * FN_W
+    cdef Odometer row
+    cdef const char* xb = col_ptr_at(p, t, OP_X)
+    cdef const unsigned char* mb = <const unsigned char*>col_ptr_at(p, t, OP_M)
+    cdef double cen, ss, qq, kk, d
+    for c in range(t.width):
+        cnt[c] = 0.0
+    odo_init(&row, p.L.red, p.L.n_red, r0)
+    while done < nr:
+        n = min(<Py_ssize_t>MASK_ROWS, nr - done)
+        for r in range(n):
+            xo[r] = row.off[OP_X]
+            mo[r] = row.off[OP_M]
+            odo_next(&row, p.L.red, p.L.n_red)
+        c = 0
+        if sx == sizeof(in_t) and sm == 1:
+            while c + strip <= t.width:
+                lanes_strip(p, t, c, FN_NVC, xo, mo, n, mean, m2, cnt, ki)
+                c = c + strip
+            while c + FN_W <= t.width:
+                lanes_strip(p, t, c, 1, xo, mo, n, mean, m2, cnt, ki)
+                c = c + FN_W
+        while c < t.width:
+            if cnt[c] > 0.0:
+                cen = mean[c]
+            elif in_t is double:
+                cen = 0.0
+            else:
+                cen = t.shift[c]
+            ss = 0.0
+            qq = 0.0
+            kk = 0.0
+            for r in range(n):
+                if mb[mo[r] + c * sm]:
+                    d = (sload(xb + xo[r] + c * sx, ki) - t.pivot[c]) - cen
+                    ss = ss + d
+                    qq = qq + d * d
+                    kk = kk + 1.0
+            lanes_fold(&ss, &qq, &kk, &cen, mean + c, m2 + c, cnt + c, 1)
+            c = c + 1
+        done = done + n
 
 
 cdef void column_rows_stats(const ColumnPlan* p, const Tile* t, const char* x, Py_ssize_t rs,
@@ -1620,6 +1789,9 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
     for c in range(t.width):
         mean[c] = 0.0
         m2[c] = 0.0
+    if p.lanes_masked:
+        lanes_block_stats(p, &t, r0, nr, mean, m2, p.block_n + item * p.n_stride, ki)
+        return
     if p.rows_masked:
         p.block_n[item] = <double>selected_block_stats(p, &t, r0, nr, mean, m2, run_mean,
                                                        run_m2, ki)
@@ -1698,6 +1870,9 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
             t.shift[c] = co.shift
             t.scale[c] = co.scale
         return
+    if p.lanes_masked:
+        lanes_finish(p, t, lo, hi)
+        return
     na = <double>min(p.rows_per_block, p.n_rows)
     if p.rows_masked:
         na = p.block_n[t.group * p.n_blocks]
@@ -1771,6 +1946,43 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
         t.shift[c] = co.shift
         t.scale[c] = co.scale
         c = c + 1
+
+
+cdef void lanes_finish(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
+                       Py_ssize_t hi) noexcept nogil:
+    """column_finish_cols with a mask that varies along the columns: the
+    blocks merged by each column's counts, then each column finished."""
+    cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
+    cdef Py_ssize_t off = t.outer.off[OP_S] + t.c0 * sS
+    cdef double* first = p.state + t.group * p.n_blocks * p.state_stride
+    cdef double* first_m2 = first + COL_TILE + PAD
+    cdef double* na = p.block_n + t.group * p.n_blocks * p.n_stride
+    cdef double* mean
+    cdef double* m2
+    cdef double* nb
+    cdef Moments m
+    cdef Coef co
+    for blk in range(1, p.n_blocks):
+        mean = first + blk * p.state_stride
+        m2 = mean + COL_TILE + PAD
+        nb = na + blk * p.n_stride
+        for c in range(lo, hi):
+            if nb[c] == 0.0:
+                continue
+            if na[c] == 0.0:
+                first[c] = mean[c]
+                first_m2[c] = m2[c]
+            else:
+                chan(na[c], &first[c], &first_m2[c], nb[c], mean[c], m2[c])
+            na[c] = na[c] + nb[c]
+    for c in range(lo, hi):
+        m.n = na[c]
+        m.mean = first[c]
+        m.m2 = first_m2[c]
+        co = finish(m, t.pivot[c], p.mode, p.eps, p.L, off + c * sS)
+        t.pivot[c] = co.pivot
+        t.shift[c] = co.shift
+        t.scale[c] = co.scale
 
 
 cdef inline Coef tile_coef(const ColumnPlan* p, const Tile* t, Py_ssize_t c, const char* gp,
@@ -1936,6 +2148,7 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
     # Rows a fixed step apart (one reduced axis) fetch each next piece.
     cdef Py_ssize_t rs = p.L.red[p.L.n_red - 1].stride[OP_X]
     cdef bint fetch = p.L.n_red == 1 and not p.prefetch, masked = p.rows_masked
+    cdef const unsigned char* sel = NULL
     while k0 < nr:
         n = min(<Py_ssize_t>OUT_ROWS, nr - k0)
         if p.prefetch:
@@ -1966,8 +2179,10 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
                             # (A shorter last chunk is not fetched: the
                             # fetch covers cw columns.)
                             nxt = xp - k * rs + cw * p.L.kept[p.L.n_kept - 1].stride[OP_X]
+                    if p.lanes_masked:
+                        sel = <const unsigned char*>col_ptr(p, t, &r, OP_M)
                     if not masked or row_selected(p, t, &r):
-                        column_segment(p, t, &r, group, c0, c0 + cw, nxt, NULL, ki, ko)
+                        column_segment(p, t, &r, group, c0, c0 + cw, nxt, sel, ki, ko)
                     odo_next(&r, p.L.red, p.L.n_red)
                 c0 = c0 + cw
         for k in range(n):
@@ -2072,18 +2287,20 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     # A tile's rows one block of one sweep, equally spaced, in cache: each
     # strip finished while the next is summed, in the same item (no other
     # block to merge).
-    p.rows_masked = L.base[OP_M] != NULL
+    p.rows_masked = L.base[OP_M] != NULL and L.kept[L.n_kept - 1].stride[OP_M] == 0
+    p.lanes_masked = L.base[OP_M] != NULL and not p.rows_masked
+    p.n_stride = min(<Py_ssize_t>COL_TILE, p.n_cols) if p.lanes_masked else 1
     p.block_n = NULL
     p.finish_with_sums = (mode != MODE_GIVEN and p.n_blocks == 1 and L.n_red == 1
                           and p.rows_per_sweep >= p.n_rows and not p.from_memory
-                          and not p.rows_masked)
+                          and L.base[OP_M] == NULL)
     p.state = NULL
     p.coef32 = NULL
     p.ok32 = NULL
     p.fold = R.fold
     # Blocks of rows are single runs when the rows follow each other in
     # memory and every row is normalized alike.
-    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1 and not p.rows_masked
+    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1 and L.base[OP_M] == NULL
             and L.kept[L.n_kept - 1].stride[OP_X] == sizeof(in_t)
             and L.kept[L.n_kept - 1].stride[OP_Y] == sizeof(out_t)
             and L.red[0].stride[OP_X] == p.n_cols * <Py_ssize_t>sizeof(in_t)
@@ -2108,14 +2325,14 @@ cdef int columns_kernel(const Layout* L, const Route* R, int mode, double eps, b
     p.coef = <double*>fn_malloc(p.n_groups * COEF_STRIDE * sizeof(double))
     if mode != MODE_GIVEN:
         p.state = <double*>fn_malloc(n_items * p.state_stride * sizeof(double))
-        if p.rows_masked:
-            p.block_n = <double*>fn_malloc(n_items * sizeof(double))
+        if L.base[OP_M] != NULL:
+            p.block_n = <double*>fn_malloc(n_items * p.n_stride * sizeof(double))
     if p.f32:
         p.coef32 = <float*>fn_malloc(p.n_groups * COEF32_STRIDE * sizeof(float))
         p.ok32 = <char*>fn_malloc(p.n_groups)
     if (p.coef == NULL or (mode != MODE_GIVEN and p.state == NULL)
             or (p.f32 and (p.coef32 == NULL or p.ok32 == NULL))
-            or (p.rows_masked and mode != MODE_GIVEN and p.block_n == NULL)):
+            or (L.base[OP_M] != NULL and mode != MODE_GIVEN and p.block_n == NULL)):
         fn_free(p.block_n)
         fn_free(p.coef)
         fn_free(p.state)
@@ -2204,7 +2421,8 @@ cdef dict column_plan_dict(const Layout* L, const Route* R, int mode, bint has_y
             "row_blocks": p.n_blocks, "rows_per_block": p.rows_per_block,
             "statistics_threads": p.stat_threads, "finish_with_sums": bool(p.finish_with_sums),
             "sweep_rows": p.rows_per_sweep,
-            "fetch_ahead": "heads" if p.fetch_heads else "sweeps" if p.from_memory else "none"}
+            "fetch_ahead": "heads" if p.fetch_heads else "sweeps" if p.from_memory else "none",
+            "where": "rows" if p.rows_masked else "lanes" if p.lanes_masked else None}
 
 
 cdef dict column_plan_in(const Layout* L, const Route* R, int mode, bint has_y, int out_code,
@@ -2334,8 +2552,6 @@ cdef int forward_run(const Layout* L, const Route* R, int mode, double eps, bint
         return channels_forward(L, R, mode, eps, has_y, ki, ko)
     if R.way == WAY_IMAGES:
         return images_forward(L, R, mode, eps, ki, ko)
-    if R.way == WAY_MASKED:
-        return masked_run(L, R.threads, mode, eps, has_y, ki, ko)
     return slices_forward(L, R, mode, eps, has_y, ki, ko)
 
 

@@ -25,7 +25,6 @@ cnp.import_array()
 
 include "forward.pxi"
 include "backward.pxi"
-include "masked.pxi"
 include "params.pxi"
 include "fastcall.pxi"
 
@@ -85,7 +84,7 @@ set_tuning(_machine_tuning)
 del _machine_tuning
 
 PATTERNS = ("slices", "images", "columns")
-WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "masked", "turns")
+WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "turns")
 
 
 cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s1, s2,

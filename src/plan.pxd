@@ -74,11 +74,9 @@ cdef extern from "tuning.h":
         SWEEP_HEAD_BYTES "FN_SWEEP_HEAD_BYTES"
         G32_MAX "FN_G32_MAX"
         FOLD_CHUNK "FN_FOLD_CHUNK"
-        MASK_BLOCK "FN_MASK_BLOCK"
+        MASK_ROWS "FN_MASK_ROWS"
         MASK_PIECE "FN_MASK_PIECE"
         MASK_PIECE_F64 "FN_MASK_PIECE_F64"
-        MASK_GRAD_BLOCKS "FN_MASK_GRAD_BLOCKS"
-        MASK_GRAD_PARTIAL_BYTES "FN_MASK_GRAD_PARTIAL_BYTES"
 
 # The values derived from the machine's caches and cores (fastnorm/_machine.py),
 # set once as a kernel module is imported (kernels.pyx: set_tuning).
@@ -101,7 +99,6 @@ cdef extern from "tuning.h" nogil:
         Py_ssize_t out_chunk
         Py_ssize_t periodic_bytes
         Py_ssize_t stream_min_bytes
-        Py_ssize_t mask_tile
         Py_ssize_t paged_grad_rows
         Py_ssize_t prefetch_fills_l1
     fn_tuning_t fn_tuning
@@ -123,7 +120,6 @@ cdef extern from "tuning.h" nogil:
     Py_ssize_t OUT_CHUNK "FN_OUT_CHUNK"
     Py_ssize_t PERIODIC_BYTES "FN_PERIODIC_BYTES"
     Py_ssize_t STREAM_MIN_BYTES "FN_STREAM_MIN_BYTES"
-    Py_ssize_t MASK_TILE "FN_MASK_TILE"
     Py_ssize_t PAGED_GRAD_ROWS "FN_PAGED_GRAD_ROWS"
     bint PREFETCH_FILLS_L1 "FN_PREFETCH_FILLS_L1"
 
@@ -493,8 +489,7 @@ cdef enum:
     WAY_IMAGES = 4    # statistics image block by image block, output image by image
     WAY_CHANNELS = 5  # runs of a few values: columns of the (outer, channels x inner) matrix
     WAY_TILES = 6     # tiles of columns times blocks of rows
-    WAY_MASKED = 7    # where=: each slice (or tile of columns) alone (masked.pxi)
-    WAY_TURNS = 8     # single runs from memory, a block of them a thread: the
+    WAY_TURNS = 7     # single runs from memory, a block of them a thread: the
                       # output of one and the statistics of the next in turns
 
 
@@ -641,10 +636,6 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     if L.columns:
         R.pattern = COLUMNS
         R.way = WAY_TILES
-        # A mask that varies along the columns: their own walk (masked.pxi);
-        # one byte a row: the tiles, rows not selected skipped.
-        if masked and L.kept[L.n_kept - 1].stride[OP_M] != 0:
-            R.way = WAY_MASKED
         R.fold = True
         for a in range(L.n_red):
             if L.red[a].stride[OP_G] != 0 or L.red[a].stride[OP_B] != 0:

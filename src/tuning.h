@@ -33,7 +33,6 @@ typedef struct {
     ptrdiff_t out_chunk;
     ptrdiff_t periodic_bytes;
     ptrdiff_t stream_min_bytes;
-    ptrdiff_t mask_tile;
     ptrdiff_t paged_grad_rows;
     ptrdiff_t prefetch_fills_l1;
 } fn_tuning_t;
@@ -60,7 +59,6 @@ static fn_tuning_t fn_tuning;
 #define FN_OUT_CHUNK (fn_tuning.out_chunk)
 #define FN_PERIODIC_BYTES (fn_tuning.periodic_bytes)
 #define FN_STREAM_MIN_BYTES (fn_tuning.stream_min_bytes)
-#define FN_MASK_TILE (fn_tuning.mask_tile)
 #define FN_PAGED_GRAD_ROWS (fn_tuning.paged_grad_rows)
 #define FN_PREFETCH_FILLS_L1 (fn_tuning.prefetch_fills_l1)
 
@@ -86,19 +84,16 @@ static fn_tuning_t fn_tuning;
 /* Values per Welford block along a run: the work item when a few long
  * slices are split across threads. */
 #define FN_CHUNK 4096
-/* Selected values per shifted-sums block of a masked (where=) column: the
- * sums cancel at most log2(33) = 5 bits, the block costs one division. */
-#define FN_MASK_BLOCK 32
+/* Rows of a column's shifted sums under a where= mask that varies along the
+ * columns, before they join its moments: log2(65) = 6 bits cancelled at
+ * most (the sums are about the column's mean so far), two divisions. */
+#define FN_MASK_ROWS 64
 /* A where= mask along a run is read in pieces of this many bytes: whole
  * pieces selected join the ordinary loops, the others take shifted sums
  * lane by lane (at most log2(257) = 8 bits of float64's 53 cancelled;
  * float64 data: 64, 6 bits), each piece one merge. */
 #define FN_MASK_PIECE 256
 #define FN_MASK_PIECE_F64 64
-/* Blocks of a masked gradient's items, each summing its own parameter
- * gradients: enough for the threads, within this many bytes of partials. */
-#define FN_MASK_GRAD_BLOCKS 64
-#define FN_MASK_GRAD_PARTIAL_BYTES (8 << 20)
 /* Rows of float16/float32 column sums before they go into moments: a
  * segment's rounding grows with its length squared. */
 #define FN_SUM_ROWS 4096

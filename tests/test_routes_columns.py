@@ -344,8 +344,15 @@ def test_the_column_plan_is_the_shapes(shape, dtype):
     assert (blocks - 1) * per_block < rows <= blocks * per_block
     assert 1 <= plan["sweep_rows"]
     assert fastnorm.explain(fastnorm.layer_norm, x)["columns"] is None      # rows: slices
-    masked = fastnorm.explain(fastnorm.layer_norm, x, axis=0, where=np.ones(shape, bool))
-    assert (masked["schedule"], masked["columns"]) == ("masked", None)  # its own tiles
+    # where=: the same plan, the mask read beside x (rows or lanes)
+    assert plan.pop("where") is None
+    for mshape, how in (((shape[0], 1), "rows"), (shape, "lanes")):
+        masked = fastnorm.explain(fastnorm.layer_norm, x, axis=0, where=np.ones(mshape, bool))
+        assert masked["schedule"] == "tiles"
+        assert masked["columns"].pop("where") == how
+        masked["columns"].pop("statistics_threads")
+        assert masked["columns"].pop("finish_with_sums") is False     # blocks merged by counts
+        assert masked["columns"] == {k: v for k, v in plan.items() if k != "finish_with_sums"}
 
 
 @pytest.mark.parametrize("shape", [(64, 1024), (100, 2100), (200, 1024), (130, 3000)])

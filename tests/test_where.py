@@ -384,12 +384,12 @@ def test_bad_where_is_refused(func, where, exc, match):
     ((64, 33), 1, 2, ("slices", "whole")),
     ((2, 1 << 20), 1, 2, ("slices", "split")),
     ((8, 16, 40, 40), (0, 2, 3), 1, ("slices", "whole")),
-    # columns: a mask that varies along them takes its own walk, tile by
-    # tile; one byte a row, the tiles, rows not selected skipped
-    ((64, 33), 0, 1, ("columns", "masked")),
+    # columns: the tiles, whether the mask varies along them or not
+    ((64, 33), 0, 1, ("columns", "tiles")),
+    ((64, 33), 0, 2, ("columns", "tiles")),
     ((64, 33, 1), (0, 1), 1, ("columns", "tiles")),
 ])
-def test_masked_calls_take_the_slices_schedules(shape, axis, threads, route):
+def test_masked_calls_take_the_unmasked_schedules(shape, axis, threads, route):
     # A mask never takes a route that groups rows, images or channels, and
     # its output is never streamed: those passes write every position.
     x = np.ones(shape, np.float32)
