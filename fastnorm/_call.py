@@ -125,16 +125,7 @@ def backward(dy, x, axes, mean, rstd, gamma, mode, dx_out=None, where=None):
     gamma, mean, rstd = (detach(a, dx) for a in (gamma, mean, rstd))
     fresh = dx is not dx_out    # just allocated: its pages not yet touched
     dgamma, dbeta = np.empty_like(gamma), np.empty_like(gamma)
-    if where is not None and x.size > 0:
-        k = _simd.kernels
-        sums = np.empty((2,) + gamma.shape)
-        args = (dy, x, dx, gamma, mean, rstd, sums, where, reduced_mask(axes, x.ndim),
-                k.GRAD_MODES[mode], team_size())
-        if _explain.explaining and _explain.active():
-            _explain.kernel(k.masked_backward(*args, explain=True))
-        k.masked_backward(*args)
-        dgamma, dbeta = sums
-    elif x.size == 0:
+    if x.size == 0:
         # Nothing to differentiate: empty sums (and an empty dx, which is
         # still the caller's out).
         dgamma.fill(0.0)
@@ -142,10 +133,10 @@ def backward(dy, x, axes, mean, rstd, gamma, mode, dx_out=None, where=None):
     else:
         k = _simd.kernels
         args = (dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced_mask(axes, x.ndim),
-                k.GRAD_MODES[mode], team_size(), fresh)
+                k.GRAD_MODES[mode], team_size(), fresh and where is None)
         if _explain.explaining and _explain.active():
-            _explain.kernel(k.explain_backward(*args))
-        k.backward(*args)
+            _explain.kernel(k.explain_backward(*args, where=where))
+        k.backward(*args, where=where)
     if final is not None:
         np.copyto(final, dx, where=True if where is None else where.view(np.bool_))
         dx = final
@@ -168,14 +159,10 @@ def backward_sums(dy, x, axes, mean, rstd, gamma, mode, where=None):
     a, b = np.empty(rstd.shape), np.empty(rstd.shape)
     dg, db = np.empty(gamma.shape), np.empty(gamma.shape)
     k = _simd.kernels
-    if where is not None:
-        sums = np.empty((2,) + gamma.shape)
-        k.masked_backward(dy, x, None, gamma, mean, rstd, sums, as_where(where, x.shape),
-                          reduced_mask(axes, x.ndim), k.GRAD_MODES[mode], team_size(),
-                          slice_sums=(a, b, np.empty(rstd.shape)))
-        return a, b, sums[0], sums[1]
     k.backward_sums(dy, x, gamma, mean, rstd, a, b, dg, db, reduced_mask(axes, x.ndim),
-                    k.GRAD_MODES[mode], team_size())
+                    k.GRAD_MODES[mode], team_size(),
+                    where=None if where is None else as_where(where, x.shape),
+                    counts=None if where is None else np.empty(rstd.shape))
     return a, b, dg, db
 
 
@@ -188,15 +175,15 @@ def backward_dx(dy, x, axes, mean, rstd, gamma, mode, a, b, n, where=None):
     a = np.zeros_like(rstd) if a is None else kernel_operand(a)
     b = np.zeros_like(rstd) if b is None else kernel_operand(b)
     k = _simd.kernels
+    unused = np.empty(gamma.shape)
     if where is not None:
         dx = np.zeros(x.shape, x.dtype)
-        k.masked_backward(dy, x, dx, gamma, mean, rstd, np.empty((2,) + gamma.shape),
-                          as_where(where, x.shape), reduced_mask(axes, x.ndim),
-                          k.GRAD_MODES[mode], team_size(),
-                          slice_sums=(a, b, kernel_operand(np.broadcast_to(n, rstd.shape))))
+        k.backward(dy, x, dx, gamma, mean, rstd, unused, unused.copy(),
+                   reduced_mask(axes, x.ndim), k.GRAD_MODES[mode], team_size(), False,
+                   sums=(a, b, kernel_operand(np.broadcast_to(n, rstd.shape))),
+                   where=as_where(where, x.shape))
         return dx
     dx = np.empty_like(x)
-    unused = np.empty(gamma.shape)
     k.backward(dy, x, dx, gamma, mean, rstd, unused, unused.copy(), reduced_mask(axes, x.ndim),
                k.GRAD_MODES[mode], team_size(), True, sums=(a, b), n=float(n))
     return dx

@@ -224,51 +224,6 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     return route
 
 
-def masked_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma,
-                    cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray sums, cnp.ndarray where,
-                    tuple reduced, int mode, int nthreads, bint explain=False,
-                    slice_sums=None):
-    """A backward call over the values where `where` is nonzero (backward's
-    arguments; where as for forward).  dx is written at the selected
-    positions alone; sums (C-contiguous float64, 2 x gamma.size) gets
-    dgamma, then dbeta.  slice_sums (the Dask path): (A, B, n), C-contiguous
-    float64 in the statistics' layout: with dx None they receive each
-    slice's sums over this part of it (pass 1 alone); with dx, dx comes from
-    them (pass 2 alone).  Slices go through the gradients' own schedule, a
-    stretch of selected values at a time; columns through their masked
-    walk.  explain: the route as a dict, nothing run."""
-    fn_clean_upper()
-    cdef Layout L
-    cdef Route R
-    cdef Grad g
-    cdef int phase, in_code = type_code(x)
-    if type_code(dy) != in_code:
-        raise TypeError("dy and x must have the same dtype")
-    if cnp.PyArray_ITEMSIZE(where) != 1 or where.ndim != x.ndim:
-        raise ValueError("fastnorm: the mask is one byte an element, of x's dimensions")
-    if not (cnp.PyArray_ISCARRAY(sums) and cnp.PyArray_TYPE(sums) == cnp.NPY_DOUBLE
-            and cnp.PyArray_SIZE(sums) == 2 * gamma.size
-            and cnp.PyArray_IS_C_CONTIGUOUS(gamma) and cnp.PyArray_ISALIGNED(gamma)):
-        raise ValueError("fastnorm: sums are 2 x gamma.size C-contiguous doubles")
-    if dx is None and slice_sums is None:
-        raise ValueError("masked_backward: dx is written unless the sums alone are asked for")
-    if slice_sums is not None:
-        for a in slice_sums:
-            if not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
-                    and cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_SIZE(a) == mean.size
-                    and (dx is not None or cnp.PyArray_ISWRITEABLE(a))):
-                raise ValueError("masked_backward: slice sums are C-contiguous doubles "
-                                 "of the statistics' size")
-    phase = PHASE_BOTH if slice_sums is None else (PHASE_SUMS if dx is None else PHASE_DX)
-    sa, sb, sn = (None, None, None) if slice_sums is None else slice_sums
-    if explain:
-        backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, sums[0], sums[1], reduced,
-                       mode, nthreads, False, phase, sa, sb, 0.0, where, sn)
-        return route_dict(&R, &L)
-    run_backward(dy, x, dx, gamma, mean, rstd, sums[0], sums[1], reduced, mode, nthreads,
-                 False, phase, sa, sb, 0.0, where, sn)
-
-
 cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarray x, dx,
                         cnp.ndarray gamma, cnp.ndarray mean, cnp.ndarray rstd,
                         cnp.ndarray dgamma, cnp.ndarray dbeta, tuple reduced, int mode,
@@ -283,6 +238,18 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
     if (phase == PHASE_BOTH) != (sa is None) or (phase == PHASE_SUMS) != (dx is None):
         raise ValueError("backward: dx is written unless the sums alone are asked for, "
                          "and sums are given or asked for in one phase alone")
+    if where is not None and (cnp.PyArray_ITEMSIZE(<cnp.ndarray>where) != 1
+                              or (<cnp.ndarray>where).ndim != x.ndim
+                              or (sa is not None and sn is None)):
+        raise ValueError("fastnorm: a mask is one byte an element, of x's dimensions, "
+                         "and the sums given or asked for come with counts")
+    for a in (sa, sb, sn):
+        if a is not None and not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
+                                  and cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE
+                                  and cnp.PyArray_SIZE(a) == mean.size
+                                  and (dx is not None or cnp.PyArray_ISWRITEABLE(a))):
+            raise ValueError("backward: slice sums are C-contiguous doubles of the "
+                             "statistics' size")
     # Slots: x, dx (output), gamma (its strides also address the gradient
     # buffers), dy (the beta slot), statistics.
     make_layout(L, x, (dx, gamma, dy, mean, rstd, None), reduced, None, where)
@@ -352,7 +319,7 @@ cdef int run_backward(cnp.ndarray dy, cnp.ndarray x, dx, cnp.ndarray gamma, cnp.
 def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
              cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma, cnp.ndarray dbeta,
              tuple reduced, int mode, int nthreads, bint fresh=False, sums=None,
-             double n=0.0):
+             double n=0.0, where=None):
     """One backward call.  dy and x share a float dtype; dx has x's shape;
     gamma, dgamma, dbeta are C-contiguous float64 arrays of one keepdims shape
     (gamma all ones where the forward had none); mean and rstd C-contiguous
@@ -360,39 +327,44 @@ def backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
     allocated (its pages are not yet touched).  sums: (A, B), each slice's
     sums over all its values (backward_sums, added up over the parts of a
     slice) in the statistics' layout, and n its number of values: dx
-    alone, from them (dgamma and dbeta come back zero)."""
+    alone, from them (dgamma and dbeta come back zero).  where: as
+    forward's, the values the gradient is over (dx written there alone);
+    with sums, a third array, each slice's count of them, stands for n."""
     fn_clean_upper()
     if sums is None:
         run_backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode, nthreads,
-                     fresh, PHASE_BOTH, None, None, 0.0)
+                     fresh, PHASE_BOTH, None, None, 0.0, where)
     else:
         run_backward(dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode, nthreads,
-                     fresh, PHASE_DX, sums[0], sums[1], n)
+                     fresh, PHASE_DX, sums[0], sums[1], n, where,
+                     sums[2] if where is not None else None)
 
 
 def backward_sums(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray gamma, cnp.ndarray mean,
                   cnp.ndarray rstd, cnp.ndarray sum_a, cnp.ndarray sum_b, cnp.ndarray dgamma,
-                  cnp.ndarray dbeta, tuple reduced, int mode, int nthreads):
+                  cnp.ndarray dbeta, tuple reduced, int mode, int nthreads, where=None,
+                  counts=None):
     """Pass 1 of a backward call alone: each slice's sums A = sum(dy gamma)
     and B = sum(dy gamma xhat) into sum_a and sum_b (C-contiguous float64 in
     the statistics' layout), and the parameter sums into dgamma and dbeta,
-    over the values of x (a part of each slice, for the Dask path)."""
+    over the values of x (a part of each slice, for the Dask path); with
+    where, over those it selects, their number into counts (as sum_a)."""
     fn_clean_upper()
     run_backward(dy, x, None, gamma, mean, rstd, dgamma, dbeta, reduced, mode, nthreads,
-                 False, PHASE_SUMS, sum_a, sum_b, 0.0)
+                 False, PHASE_SUMS, sum_a, sum_b, 0.0, where, counts)
 
 
 def explain_backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray gamma,
                      cnp.ndarray mean, cnp.ndarray rstd, cnp.ndarray dgamma,
                      cnp.ndarray dbeta, tuple reduced, int mode, int nthreads,
-                     bint fresh=False):
+                     bint fresh=False, where=None):
     """The route backward() would take, as a dict; nothing is run."""
     fn_clean_upper()
     cdef Layout L
     cdef Route R
     cdef Grad g
     backward_setup(&L, &R, &g, dy, x, dx, gamma, mean, rstd, dgamma, dbeta, reduced, mode,
-                   nthreads, fresh, PHASE_BOTH, None, None, 0.0)
+                   nthreads, fresh, PHASE_BOTH, None, None, 0.0, where)
     return route_dict(&R, &L)
 
 
