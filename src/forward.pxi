@@ -1835,6 +1835,33 @@ cdef void column_block_stats(const ColumnPlan* p, Py_ssize_t item, in_t* ki) noe
             memcpy(m2, run_m2, t.width * sizeof(double))
 
 
+cdef void merge_by_counts(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
+                      Py_ssize_t hi) noexcept nogil:
+    """column_finish_cols's merge with a mask that varies along the
+    columns: the blocks merged into the first by each column's counts
+    (the first block's counts become the columns')."""
+    cdef Py_ssize_t c, blk
+    cdef double* first = p.state + t.group * p.n_blocks * p.state_stride
+    cdef double* first_m2 = first + COL_TILE + PAD
+    cdef double* na = p.block_n + t.group * p.n_blocks * p.n_stride
+    cdef double* mean
+    cdef double* m2
+    cdef double* nb
+    for blk in range(1, p.n_blocks):
+        mean = first + blk * p.state_stride
+        m2 = mean + COL_TILE + PAD
+        nb = na + blk * p.n_stride
+        for c in range(lo, hi):
+            if nb[c] == 0.0:
+                continue
+            if na[c] == 0.0:
+                first[c] = mean[c]
+                first_m2[c] = m2[c]
+            else:
+                chan(na[c], &first[c], &first_m2[c], nb[c], mean[c], m2[c])
+            na[c] = na[c] + nb[c]
+
+
 cdef void column_finish(const ColumnPlan* p, Py_ssize_t item) noexcept nogil:
     """Merge the row blocks of one piece of a tile (FINISH_COLS columns) in
     order, then finish each of its columns; pieces are independent, so a
@@ -1871,12 +1898,12 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
             t.scale[c] = co.scale
         return
     if p.lanes_masked:
-        lanes_finish(p, t, lo, hi)
-        return
+        merge_by_counts(p, t, lo, hi)
     na = <double>min(p.rows_per_block, p.n_rows)
     if p.rows_masked:
         na = p.block_n[t.group * p.n_blocks]
-    for blk in range(1, p.n_blocks):
+    # (lanes_masked: merge_by_counts merged them by each column's counts)
+    for blk in range(1, 1 if p.lanes_masked else p.n_blocks):
         mean = first + blk * p.state_stride
         m2 = mean + COL_TILE + PAD
         nb = <double>min(p.rows_per_block, p.n_rows - blk * p.rows_per_block)
@@ -1894,7 +1921,7 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
         na = na + nb
     m.n = na
     c = lo
-    if p.rows_masked:
+    if p.L.base[OP_M] != NULL:
         pass        # finish column by column: the count recorded, none an empty reduction
     elif p.mode == MODE_CENTER:
         # A vector of columns' variances and scales at a time: the same
@@ -1939,6 +1966,8 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
             fn_store_f64(t.scale + c, sc)
             c = c + FN_W
     while c < hi:
+        if p.lanes_masked:
+            m.n = p.block_n[t.group * p.n_blocks * p.n_stride + c]
         m.mean = first[c]
         m.m2 = first_m2[c]
         co = finish(m, t.pivot[c], p.mode, p.eps, p.L, off + c * sS)
@@ -1946,43 +1975,6 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
         t.shift[c] = co.shift
         t.scale[c] = co.scale
         c = c + 1
-
-
-cdef void lanes_finish(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
-                       Py_ssize_t hi) noexcept nogil:
-    """column_finish_cols with a mask that varies along the columns: the
-    blocks merged by each column's counts, then each column finished."""
-    cdef Py_ssize_t c, blk, sS = p.L.kept[p.L.n_kept - 1].stride[OP_S]
-    cdef Py_ssize_t off = t.outer.off[OP_S] + t.c0 * sS
-    cdef double* first = p.state + t.group * p.n_blocks * p.state_stride
-    cdef double* first_m2 = first + COL_TILE + PAD
-    cdef double* na = p.block_n + t.group * p.n_blocks * p.n_stride
-    cdef double* mean
-    cdef double* m2
-    cdef double* nb
-    cdef Moments m
-    cdef Coef co
-    for blk in range(1, p.n_blocks):
-        mean = first + blk * p.state_stride
-        m2 = mean + COL_TILE + PAD
-        nb = na + blk * p.n_stride
-        for c in range(lo, hi):
-            if nb[c] == 0.0:
-                continue
-            if na[c] == 0.0:
-                first[c] = mean[c]
-                first_m2[c] = m2[c]
-            else:
-                chan(na[c], &first[c], &first_m2[c], nb[c], mean[c], m2[c])
-            na[c] = na[c] + nb[c]
-    for c in range(lo, hi):
-        m.n = na[c]
-        m.mean = first[c]
-        m.m2 = first_m2[c]
-        co = finish(m, t.pivot[c], p.mode, p.eps, p.L, off + c * sS)
-        t.pivot[c] = co.pivot
-        t.shift[c] = co.shift
-        t.scale[c] = co.scale
 
 
 cdef inline Coef tile_coef(const ColumnPlan* p, const Tile* t, Py_ssize_t c, const char* gp,
