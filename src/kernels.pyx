@@ -243,6 +243,9 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
                               or (sa is not None and sn is None)):
         raise ValueError("fastnorm: a mask is one byte an element, of x's dimensions, "
                          "and the sums given or asked for come with counts")
+    # Slots: x, dx (output), gamma (its strides also address the gradient
+    # buffers), dy (the beta slot), statistics.
+    make_layout(L, x, (dx, gamma, dy, mean, rstd, None), reduced, None, where)
     for a in (sa, sb, sn):
         if a is not None and not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
                                   and cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE
@@ -250,9 +253,6 @@ cdef int backward_setup(Layout* L, Route* R, Grad* g, cnp.ndarray dy, cnp.ndarra
                                   and (dx is not None or cnp.PyArray_ISWRITEABLE(a))):
             raise ValueError("backward: slice sums are C-contiguous doubles of the "
                              "statistics' size")
-    # Slots: x, dx (output), gamma (its strides also address the gradient
-    # buffers), dy (the beta slot), statistics.
-    make_layout(L, x, (dx, gamma, dy, mean, rstd, None), reduced, None, where)
     route_backward(R, L, in_code, nthreads, fresh,
                    dx is not None and (cnp.PyArray_IS_C_CONTIGUOUS(dx)
                                        or cnp.PyArray_IS_F_CONTIGUOUS(dx)),
