@@ -206,7 +206,9 @@ def check_training(x_shape, axes, momentum, where=None):
         w = where.view(np.bool_)
         own = tuple(slice(0, 1) if w.strides[i] == 0 else slice(None) for i in range(w.ndim))
         repeats = math.prod(w.shape[i] for i in axes if w.strides[i] == 0)
-        counts = np.count_nonzero(w[own], axis=axes) * repeats
+        # (count_nonzero sums in intp: int32 sums run twice as fast)
+        counts = np.add.reduce(w[own], axis=axes,
+                               dtype=np.int32 if n < 2**31 else np.intp) * repeats
         if np.any(counts == 1):
             raise ValueError("batch_norm training needs more than one selected value per "
                              "feature; where= selects one value of some feature")

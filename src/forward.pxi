@@ -2194,22 +2194,25 @@ cdef void column_rows_out(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
     cdef Py_ssize_t nr = min(p.rows_per_out, p.n_rows - r0)
     cdef const float* f_m
     cdef Py_ssize_t row_bytes = p.n_cols * p.L.kept[p.L.n_kept - 1].stride[OP_X]
+    cdef const unsigned char* sel = NULL
     odo_init(&row, p.L.red, p.L.n_red, r0)
     odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     tile_of(p, outer * p.n_tiles, &t)
+    if p.lanes_masked:
+        sel = <const unsigned char*>col_ptr(p, &t, &row, OP_M)     # (periodic: rows of bytes)
     if in_t is float and out_t is float:
         if p.periodic and p.ok32[t.group]:
             f_m = p.coef32 + t.group * COEF32_STRIDE
             fn_values_f(col_ptr(p, &t, &row, OP_X), 1, <void*>col_ptr(p, &t, &row, OP_Y), 1,
                         NULL, nr * p.n_cols, p.n_cols, f_m, f_m + COL_TILE + WRAP,
                         f_m + 2 * (COL_TILE + WRAP), NULL, 1.0, 0.0, FN_PLAIN, p.R.stream, NULL,
-                        NULL)
+                        sel)
             fn_sfence()
             return
     if p.periodic_d:
         fn_values_d(col_ptr(p, &t, &row, OP_X), tcode(ki), <void*>col_ptr(p, &t, &row, OP_Y),
                     ocode(ko), NULL, nr * p.n_cols, p.n_cols, t.pivot, t.shift, t.scale, NULL,
-                    1.0, 0.0, FN_PLAIN, p.R.stream, NULL, NULL)
+                    1.0, 0.0, FN_PLAIN, p.R.stream, NULL, sel)
         fn_sfence()
         return
     column_rows_chunked(p, &t, &row, &ahead, nr, row_bytes, ki, ko)
@@ -2292,7 +2295,11 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     p.fold = R.fold
     # Blocks of rows are single runs when the rows follow each other in
     # memory and every row is normalized alike.
-    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1 and L.base[OP_M] == NULL
+    # (where=: a mask constant along the columns skips rows; one that varies
+    # along them reads its bytes beside x, rows of them following each other.)
+    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1 and not p.rows_masked
+            and (not p.lanes_masked or (L.kept[L.n_kept - 1].stride[OP_M] == 1
+                                        and L.red[0].stride[OP_M] == p.n_cols))
             and L.kept[L.n_kept - 1].stride[OP_X] == sizeof(in_t)
             and L.kept[L.n_kept - 1].stride[OP_Y] == sizeof(out_t)
             and L.red[0].stride[OP_X] == p.n_cols * <Py_ssize_t>sizeof(in_t)

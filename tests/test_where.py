@@ -314,6 +314,22 @@ def test_a_feature_with_nothing_selected_keeps_its_running_statistics():
     assert rm[0] != 0.5 and rv[0] != 2.0
 
 
+@pytest.mark.parametrize("byte", [1, 2, 255])
+def test_one_selected_value_of_a_feature_is_refused_whatever_its_byte(byte):
+    # A boolean mask is a byte an element, any nonzero byte true (a view of
+    # other bytes): one selected value of a feature is refused for training,
+    # two are not, however the bytes that select them read as numbers.
+    x = np.random.default_rng(5).standard_normal((6, 3))
+    bytes_ = np.zeros((6, 3), np.uint8)
+    bytes_[:, :2] = byte
+    bytes_[0, 2] = byte
+    with pytest.raises(ValueError, match="more than one selected"):
+        fastnorm.batch_norm(x, axis=0, where=bytes_.view(np.bool_))
+    bytes_[1, 2] = byte
+    y = fastnorm.batch_norm(x, axis=0, where=bytes_.view(np.bool_))
+    assert_bitwise(y, fastnorm.batch_norm(x, axis=0, where=bytes_ != 0))
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("lazy", [False, True], ids=["numpy", "dask"])
 def test_nothing_selected_is_an_empty_batch_whatever_its_size(batch, lazy):
