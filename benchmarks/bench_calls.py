@@ -196,8 +196,10 @@ class Spelling(_OneCall):
 class Where:
     """where= and masked arrays beside the unmasked call, float32: layer
     norm over rows with padded rows, batch norm over padded sequences
-    (N, T, C) with a (N, T, 1) mask, mean_var over rows."""
-    params = [["layer_norm", "batch_norm", "mean_var"], ["none", "where", "masked_array"]]
+    (N, T, C) with a (N, T, 1) mask, mean_var over rows; "where_random",
+    a random half of x's values."""
+    params = [["layer_norm", "batch_norm", "mean_var"],
+              ["none", "where", "masked_array", "where_random"]]
     param_names = ["func", "selection"]
 
     def setup(self, func, selection):
@@ -212,6 +214,8 @@ class Where:
         self.x = rng.standard_normal(shape).astype(np.float32)
         keep = rng.random(mask_shape) < 0.8
         self.where = keep if selection == "where" else None
+        if selection == "where_random":
+            self.where = rng.random(shape) < 0.5
         if selection == "masked_array":
             self.x = np.ma.array(self.x, mask=~np.broadcast_to(keep, shape))
         self.func = func
