@@ -38,7 +38,6 @@ def update_running(rm, rv, mean, var, momentum, n):
 
 def running_rstd(var, eps):
     """1 / sqrt(var + eps) of float64 running variances, C-contiguous, as
-    eval-mode batch_norm normalizes with (a negative variance gives NaN,
-    without a warning)."""
-    with np.errstate(invalid="ignore"):
-        return np.ascontiguousarray(1.0 / np.sqrt(var + eps))
+    eval-mode batch_norm normalizes with (the coefficients' own rstd; a
+    negative variance gives NaN, without a warning)."""
+    return _simd.kernels.rstd(var, eps)

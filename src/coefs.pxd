@@ -44,6 +44,26 @@ cdef inline double rstd_of(double var, double mean, int mode, double eps) noexce
     return 1.0
 
 
+cdef inline fn_vd rstd_lanes(fn_vd spread, double eps) noexcept nogil:
+    """rstd_of's 1 / sqrt(spread + eps) of a vector of variances (or means
+    of squares), lane by lane."""
+    return fn_div(fn_set1(1.0), fn_sqrt(fn_add(spread, fn_set1(eps))))
+
+
+cdef inline void rstds(double* v, Py_ssize_t n, double eps) noexcept nogil:
+    """rstd_of's 1 / sqrt(v + eps) of n variances (or means of squares) in
+    place, a vector at a time: running variances in eval, and the Dask
+    path's merged statistics (the same correctly rounded operations as
+    NumPy's and rstd_of's, lane by lane)."""
+    cdef Py_ssize_t i = 0
+    while i + FN_W <= n:
+        fn_store_f64(v + i, rstd_lanes(fn_load_f64(v + i), eps))
+        i = i + FN_W
+    while i < n:
+        v[i] = rstd_of(v[i], 0.0, MODE_CENTER, eps)
+        i = i + 1
+
+
 cdef inline Coef record(Moments m, double pivot, int mode, const Layout* L, Py_ssize_t off,
                         double scale) noexcept nogil:
     """Write a slice's statistics to the stat arrays at byte offset off

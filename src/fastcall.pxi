@@ -438,19 +438,6 @@ cdef bint running_buffer(object r, cnp.npy_intp c, bint updated):
     return not updated or cnp.PyArray_ISWRITEABLE(a)
 
 
-cdef void rstd_of_var(double* v, Py_ssize_t n, double eps) noexcept nogil:
-    """v = 1 / sqrt(v + eps) in place, a vector at a time (the same
-    correctly rounded operations as NumPy's, lane by lane)."""
-    cdef Py_ssize_t i = 0
-    while i + FN_W <= n:
-        fn_store_f64(v + i, fn_div(fn_set1(1.0), fn_sqrt(fn_add(fn_load_f64(v + i),
-                                                                fn_set1(eps)))))
-        i = i + FN_W
-    while i < n:
-        v[i] = 1.0 / sqrt(v[i] + eps)
-        i = i + 1
-
-
 def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps,
                     axis, out, dtype, return_stats):
     """batch_norm over every axis but 1 (axis None, or those axes spelled
@@ -529,7 +516,7 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     # rstd from the running variance, as the general path makes them.
     rm = as_float64(running_mean).reshape(keep)
     rv = as_float64(running_var).reshape(keep)
-    rstd_of_var(<double*>cnp.PyArray_DATA(rv), c, e)
+    rstds(<double*>cnp.PyArray_DATA(rv), c, e)
     explaining_forward(xa, y, g, b, rm, rv, None, BUT_AXIS_1[ndim], MODE_GIVEN, threads, fresh)
     run_forward(xa, y, g, b, rm, rv, None, BUT_AXIS_1[ndim], MODE_GIVEN, e, threads, fresh)
     if stats:

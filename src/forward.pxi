@@ -815,17 +815,15 @@ cdef inline void lanes_scale(int mode, Py_ssize_t n, double eps, const double* p
                              double* scale) noexcept nogil:
     """The scales 1 / sqrt(var + eps) of FN_W slices of n values from
     their moments (rms_norm: the mean square's; MODE_STATS: 1)."""
-    cdef fn_vd var, mv, den
+    cdef fn_vd var, mv
     if mode == MODE_STATS:
         fn_store_f64(scale, fn_set1(1.0))
         return
     var = fn_div(fn_load_f64(m2), fn_set1(<double>n))
     if mode == MODE_RMS:
         mv = fn_add(fn_load_f64(piv), fn_load_f64(mean))
-        den = fn_add(fn_fma(mv, mv, var), fn_set1(eps))
-    else:
-        den = fn_add(var, fn_set1(eps))
-    fn_store_f64(scale, fn_div(fn_set1(1.0), fn_sqrt(den)))
+        var = fn_fma(mv, mv, var)
+    fn_store_f64(scale, rstd_lanes(var, eps))
 
 
 cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
@@ -1928,7 +1926,7 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
         # division and square root as finish's (rstd_of), lane by lane.
         while c + FN_W <= hi:
             v = fn_div(fn_load_f64(first_m2 + c), fn_set1(na))
-            sc = fn_div(fn_set1(1.0), fn_sqrt(fn_add(v, fn_set1(p.eps))))
+            sc = rstd_lanes(v, p.eps)
             if not lanes_record_center(fn_add(fn_load_f64(t.pivot + c), fn_load_f64(first + c)),
                                        v, sc, p.L, off + c * sS, sS):
                 fn_store_f64(var, v)
@@ -1959,7 +1957,7 @@ cdef void column_finish_cols(const ColumnPlan* p, const Tile* t, Py_ssize_t lo,
             v = fn_div(fn_load_f64(first_m2 + c), fn_set1(na))
             mv = fn_add(fn_load_f64(t.pivot + c), fn_load_f64(first + c))
             v = fn_fma(mv, mv, v)
-            sc = fn_div(fn_set1(1.0), fn_sqrt(fn_add(v, fn_set1(p.eps))))
+            sc = rstd_lanes(v, p.eps)
             lanes_record_rms(v, sc, p.L, off + c * sS, sS)
             fn_store_f64(t.pivot + c, fn_zero())
             fn_store_f64(t.shift + c, fn_zero())

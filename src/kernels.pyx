@@ -368,6 +368,19 @@ def explain_backward(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray dx, cnp.ndarray 
     return route_dict(&R, &L)
 
 
+def rstd(spread, double eps):
+    """1 / sqrt(spread + eps) (coefs.pxd's rstds) of float64 variances or
+    means of squares, as a new C-contiguous float64 array of their shape
+    (a negative or NaN spread gives NaN, without a warning)."""
+    fn_clean_upper()
+    cdef cnp.ndarray out = np.array(spread, dtype=np.float64, order="C", copy=True)
+    cdef double* v = <double*>cnp.PyArray_DATA(out)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(out)
+    with nogil:
+        rstds(v, n, eps)
+    return out
+
+
 def merge_moments(cnp.ndarray n_a, cnp.ndarray mean_a, m2_a, cnp.ndarray n_b,
                   cnp.ndarray mean_b, m2_b):
     """Fold the moments of part b of some slices into those of part a, slice

@@ -273,9 +273,8 @@ def dx_block_where(dy, x, mean, rstd, gamma, a, b, n, where, *, axes, mode, out_
 
 def inverse_std(spread, eps):
     """rstd = 1 / sqrt(spread + eps), spread the variance or the mean of
-    squares (a negative or NaN one gives NaN, silently as the kernels do)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return 1.0 / np.sqrt(spread + eps)
+    squares: the kernels' own (a negative or NaN one gives NaN, silently)."""
+    return _simd.kernels.rstd(spread, eps)
 
 
 def centre(states):
