@@ -38,6 +38,21 @@ FN_AI void FN_S(fn_fetch)(const void *x, int xt, const char *ahead, ptrdiff_t i,
         fn_prefetch_l2(ahead + (p - n) * size);
 }
 
+#ifndef FN_PICKED
+/* body's loops twice: `pick` the where= bytes sel, or a constant NULL in the
+ * copy for calls without them (the compiler drops its tests there). */
+#define FN_PICKED(body)                                                          \
+    do {                                                                         \
+        if (sel == NULL) {                                                       \
+            const unsigned char *const pick = NULL;                              \
+            body;                                                                \
+        } else {                                                                 \
+            const unsigned char *const pick = sel;                               \
+            body;                                                                \
+        }                                                                        \
+    } while (0)
+#endif
+
 /* A run of n contiguous values, one set of coefficients for the run:
  *   FN_PLAIN  (x - m) k2 + k0
  *   FN_GAIN   ((x - m) k2 + k0) g[i gi] + b[i bi]     gi, bi: 1 along the run, 0 one value
@@ -84,8 +99,7 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
             t = FN_SELECT(FN_BYTES_MASK(pick + (i)), t, FN_VLD(y, yt, i));       \
         FN_VST(y, yt, i, t, stream);                                             \
     } while (0)
-    /* pick: sel, as a constant NULL in the loops of calls without one (the
-     * compiler drops its tests there); downwards runs take none. */
+    /* Downwards runs take no sel (FN_PICKED's pick, a constant NULL). */
     if (down) {
         const unsigned char *const pick = NULL;
         (void)sel;
@@ -123,13 +137,7 @@ FN_AI void FN_S(fn_run)(const void *x, int xt, void *y, int yt, const void *dy, 
         for (; i < n; i++)                                                       \
             FN_RUN_ONE(i);                                                       \
     } while (0)
-    if (sel == NULL) {
-        const unsigned char *const pick = NULL;
-        FN_RUN_UP;
-    } else {
-        const unsigned char *const pick = sel;
-        FN_RUN_UP;
-    }
+    FN_PICKED(FN_RUN_UP);
 #undef FN_RUN_ONE
 #undef FN_RUN_VEC
 #undef FN_RUN_STEP
@@ -214,14 +222,7 @@ FN_AI void FN_S(fn_values)(const void *x, int xt, void *y, int yt, const void *d
                 c = 0;                                                           \
         }                                                                        \
     } while (0)
-    /* pick: sel, as a constant NULL in the loops of calls without one. */
-    if (sel == NULL) {
-        const unsigned char *const pick = NULL;
-        FN_VALUES_ALL;
-    } else {
-        const unsigned char *const pick = sel;
-        FN_VALUES_ALL;
-    }
+    FN_PICKED(FN_VALUES_ALL);
 #undef FN_VALUES_ALL
 #undef FN_VALUES_VEC
 #undef FN_VALUES_ONE

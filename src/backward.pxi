@@ -348,7 +348,7 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     cdef const Layout* L = g.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Odometer s, r, s_next
-    cdef Py_ssize_t ri, n_runs = L.slice_len // inner.size, go, ahead, j, e, len_m
+    cdef Py_ssize_t ri, n_runs = L.slice_len // inner.size, go, ahead, j, e
     cdef Py_ssize_t sx = inner.stride[OP_X], sdy = inner.stride[OP_DY], sg = inner.stride[OP_G]
     cdef Py_ssize_t sm = inner.stride[OP_M]
     cdef double m, rs, a, b, n = 0.0
@@ -371,9 +371,7 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     if si + 1 < L.n_slices and n_runs > 1 and inner.size * sx <= IMAGE_RUN_BYTES:
         ahead = min(<Py_ssize_t>RUN_AHEAD_BYTES, inner.size * sx)
         odo_init(&s_next, L.kept, L.n_kept, si + 1)
-    # The parts of a run (next_part): the whole run without a mask (or with
-    # one constant along it, where its byte says whether).
-    len_m = inner.size if sm != 0 else 1
+    # The parts of a run (next_part; without a mask, the whole run).
     pieces = (sm == 1 and sx == sizeof(in_t) and sdy == sizeof(in_t)
               and (sg == 0 or sg == sizeof(double)) and inner.stride[OP_DX] == sizeof(out_t))
     odo_init(&r, L.red, L.n_red - 1, 0)
@@ -384,11 +382,10 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
         go = s.off[OP_G] + r.off[OP_G]
         pg = <char*>part + g.gshift + go
         pb = <char*>(part + g.pstride) + g.gshift + go
-        j, e, k = 0, inner.size, 1
         if masked:
             mk = <const unsigned char*>(L.base[OP_M] + s.off[OP_M] + r.off[OP_M])
-            k = next_part(mk, sm, len_m, pieces, &j, &e)
-            e = inner.size if sm == 0 else e
+        j = 0
+        k = next_part(mk, sm, inner.size, pieces, &j, &e)
         while k != 0:
             if k == 1:
                 run_sums(L.base[OP_X] + s.off[OP_X] + r.off[OP_X] + j * sx, sx,
@@ -401,10 +398,8 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
                                    L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY] + j * sdy,
                                    g.gamma + go + j * sg, sg, pg + j * sg, pb + j * sg,
                                    mk + j, e - j, m, rs, &acc, ki)
-            if not masked or sm == 0:
-                break
             j = e
-            k = next_part(mk, sm, len_m, pieces, &j, &e)
+            k = next_part(mk, sm, inner.size, pieces, &j, &e)
         odo_next(&r, L.red, L.n_red - 1)
     if kept_sums(g, s.off[OP_S], &acc, n):
         return
@@ -412,11 +407,10 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(n_runs):
         go = s.off[OP_G] + r.off[OP_G]
-        j, e, k = 0, inner.size, 1
         if masked:
             mk = <const unsigned char*>(L.base[OP_M] + s.off[OP_M] + r.off[OP_M])
-            k = next_part(mk, sm, len_m, pieces, &j, &e)
-            e = inner.size if sm == 0 else e
+        j = 0
+        k = next_part(mk, sm, inner.size, pieces, &j, &e)
         while k != 0:
             out_dx(g, L.base[OP_X] + s.off[OP_X] + r.off[OP_X] + j * sx, sx,
                    L.base[OP_DY] + s.off[OP_DY] + r.off[OP_DY] + j * sdy, sdy,
@@ -425,10 +419,8 @@ cdef void grad_slice(const Grad* g, Py_ssize_t si, double* part,
                    L.base[OP_DX] + s.off[OP_DX] + r.off[OP_DX] + j * inner.stride[OP_DX],
                    inner.stride[OP_DX], e - j, m, rs, a, b, NULL, NULL,
                    NULL if k == 1 else mk + j, ki, ko)
-            if not masked or sm == 0:
-                break
             j = e
-            k = next_part(mk, sm, len_m, pieces, &j, &e)
+            k = next_part(mk, sm, inner.size, pieces, &j, &e)
         odo_next(&r, L.red, L.n_red - 1)
 
 

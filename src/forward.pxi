@@ -243,10 +243,6 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
         out_all(p, s, r, start, n, c, ahead, down, NULL, ki, ko)
         return
     m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
-    if sm == 0:
-        if m[0]:
-            out_all(p, s, r, start, n, c, NULL, False, NULL, ki, ko)
-        return
     k = next_part(m, sm, n, pieces, &j, &e)
     while k != 0:
         out_all(p, s, r, start + j, e - j, c, NULL, False, NULL if k == 1 else m + j, ki, ko)

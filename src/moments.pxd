@@ -370,11 +370,17 @@ cdef inline Py_ssize_t next_stretch(const unsigned char* m, Py_ssize_t sm, Py_ss
 
 cdef inline int next_part(const unsigned char* m, Py_ssize_t sm, Py_ssize_t n, bint pieces,
                           Py_ssize_t* j, Py_ssize_t* e) noexcept nogil:
-    """The next part of a masked run to take from j[0] on, [j[0], e[0]): 1, a
+    """The next part of a run to take from j[0] on, [j[0], e[0]): 1, a
     stretch of selected values; 2, a piece of mixed ones (with `pieces`,
     contiguous data read a piece of the mask at a time: next_piece; else
-    stretch by stretch); 0, none left."""
+    stretch by stretch); 0, none left.  No mask (m NULL), or one constant
+    along the run (sm 0): the whole run once, or (its byte 0) nothing."""
     cdef int k
+    if m == NULL or sm == 0:
+        if j[0] >= n or (m != NULL and not m[0]):
+            return 0
+        e[0] = n
+        return 1
     if not pieces:
         j[0] = next_stretch(m, sm, n, j[0], e)
         return 1 if j[0] < n else 0

@@ -624,9 +624,8 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     cdef bint contiguous, f32, masked = L.base[OP_M] != NULL
     cdef int a
     route_init(R, L, nthreads, fresh, y_bytes)
-    # where=: only the schedules that walk runs one by one take a mask (the
-    # whole slice or its blocks); columns, the tiles (a byte a row) or their
-    # own walk.
+    # where=: along slices only the schedules that walk runs one by one take
+    # a mask (the whole slice or its blocks); columns, the tiles.
     R.stream = has_y and stream_output(L, y_bytes, STREAM_MIN_BYTES, fresh)
     R.descend = R.stream and fresh
     R.fault_in = R.descend and R.threads > 1 and y_contiguous
