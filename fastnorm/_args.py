@@ -1,17 +1,24 @@
-"""Argument handling shared by every public function: one place for the
-dtype rules, axis conventions, parameter shapes, ``out=`` checks and the
-errors that name what is wrong."""
+"""Argument handling shared by every public function: the conversions of
+array_likes, parameter shapes, ``where=`` and the errors that name what is
+wrong.  The rules the small calls' path applies too (dtype admission, axes,
+eps, momentum, groups, ``out=``, where a result is written) are the
+kernels' own (src/rules.pxi), used here."""
 import functools
 import math
-import operator
 import os
 import sys
 import warnings
 
 import numpy as np
-from numpy.exceptions import AxisError
 
 from . import _simd
+
+# The rules (the same in every kernel module).
+_rules = _simd.kernels
+behaved = _rules.behaved
+result_dtypes, param_grad_dtype = _rules.result_dtypes, _rules.param_grad_dtype
+axes_tuple, batch_axes = _rules.axes_tuple, _rules.batch_axes
+check_eps, check_out = _rules.check_eps, _rules.check_out
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 from ._explain import copied
@@ -34,7 +41,7 @@ def as_input(x, name="x"):
     non-native byte order or misaligned data, costs one copy.  Other dtypes
     raise TypeError.
     """
-    if type(x) is np.ndarray and x.dtype in _NATIVE_FLOATS and x.flags.aligned:
+    if behaved(x):
         return x  # the common case, decided without the checks below
     refuse_lossy(x, name)
     a = np.asarray(x)
@@ -103,63 +110,6 @@ def refuse_lossy(x, name):
                         "that is what you want")
 
 
-def result_dtypes(x_dtype, dtype):
-    """(output dtype, statistics dtype) for input dtype x_dtype and the
-    user's dtype= (None: x's own float dtype, float64 for integers)."""
-    if dtype is None:
-        out = x_dtype if x_dtype in FLOAT_DTYPES else _F64
-    else:
-        try:
-            out = np.dtype(dtype)
-        except TypeError as e:
-            raise TypeError(f"dtype={dtype!r} is not a NumPy dtype") from e
-        if out not in FLOAT_DTYPES:
-            raise TypeError(f"dtype={out} is not supported; use float16, "
-                            "float32 or float64")
-    return out, (_F64 if out == _F64 else _F32)
-
-
-def axes_tuple(axis, ndim, *, none_means=None):
-    """axis (int, tuple of ints or None) as a sorted tuple of non-negative
-    axes.  Out of range raises numpy's AxisError, repeats ValueError, and
-    anything that is not an integer TypeError, as NumPy does."""
-    if axis is None:
-        return tuple(range(ndim)) if none_means is None else none_means
-    if type(axis) is int or (type(axis) is tuple and all(type(a) is int for a in axis)):
-        return _axes_of(axis, ndim)
-    return _axes_of.__wrapped__(axis, ndim)
-
-
-@_cached
-def _axes_of(axis, ndim):
-    if isinstance(axis, (tuple, list)):
-        items = list(axis)
-    else:
-        items = [axis]
-    out = []
-    for ax in items:
-        if isinstance(ax, bool):    # an index to operator.index, not to NumPy
-            raise TypeError(f"an integer is required for the axis, not bool ({axis!r})")
-        i = operator.index(ax)
-        if not -ndim <= i < ndim:
-            raise AxisError(i, ndim)
-        out.append(i % ndim)
-    if len(set(out)) != len(out):
-        raise ValueError(f"repeated axis in axis={axis!r}")
-    return tuple(sorted(out))
-
-
-def batch_axes(axis, ndim, what="batch_norm"):
-    """batch norm's reduced axes: axis=None means every axis but 1, the
-    channels of (N, C, ...)."""
-    if axis is not None:
-        return axes_tuple(axis, ndim)
-    if ndim < 2:
-        raise ValueError(f"{what} with axis=None expects x of shape (N, C, ...), "
-                         f"got {ndim} dimension(s); pass axis= explicitly")
-    return tuple(i for i in range(ndim) if i != 1)
-
-
 @_cached
 def reduced_mask(axes, ndim):
     return tuple(i in axes for i in range(ndim))
@@ -179,16 +129,6 @@ def _param_shapes(x_shape, along):
     return named, keep
 
 
-def check_eps(eps):
-    try:
-        e = float(eps)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"eps must be a real number, got {eps!r}") from err
-    if not (math.isfinite(e) and e >= 0.0):
-        raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
-    return e
-
-
 def check_training(x_shape, axes, momentum, where=None):
     """batch_norm training's checks: (n, momentum), n the number of values
     per feature (not one; none is an empty batch), momentum a finite float.
@@ -197,9 +137,8 @@ def check_training(x_shape, axes, momentum, where=None):
     whatever the batch's size.  A lazy (Dask) mask's counts are checked
     where they are computed."""
     n = math.prod(x_shape[i] for i in axes)
-    if n == 1 and where is None:
-        raise ValueError(f"batch_norm training needs more than one value per feature, "
-                         f"got n={n} (x.shape={tuple(x_shape)}, reduced axes {axes})")
+    if where is None:
+        _rules.check_training_values(n, x_shape, axes)
     if isinstance(where, np.ndarray) and n > 0:
         # Counted over the mask's own values: a broadcast (N, T, 1) mask is
         # N * T bytes, not x's size; an axis it repeats multiplies the count.
@@ -212,13 +151,7 @@ def check_training(x_shape, axes, momentum, where=None):
         if np.any(counts == 1):
             raise ValueError("batch_norm training needs more than one selected value per "
                              "feature; where= selects one value of some feature")
-    try:
-        m = float(momentum)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"momentum must be a real number, got {momentum!r}") from e
-    if not math.isfinite(m):
-        raise ValueError(f"momentum must be finite, got {m}")
-    return n, m
+    return n, _rules.check_momentum(momentum)
 
 
 def param(value, name, x_shape, along, x_name="x"):
@@ -280,20 +213,6 @@ def running_stat(value, name, x_shape, along):
     return value.reshape(keep) if value.shape == named else value
 
 
-def check_out(out, name, shape, dtype):
-    """out= for one result: an ndarray of exactly this shape and dtype, in
-    either byte order (a non-native one is written through a temporary)."""
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
-    if out.shape != tuple(shape):
-        raise ValueError(f"{name} has shape {out.shape}; expected {tuple(shape)}")
-    if out.dtype.newbyteorder("=") != np.dtype(dtype).newbyteorder("="):
-        raise TypeError(f"{name} has dtype {out.dtype}; expected {dtype}")
-    if not out.flags.writeable:
-        raise ValueError(f"{name} is read-only")
-    return out
-
-
 def split_out(out, n_results):
     """out= as a tuple of n_results entries (None where not given).  A bare
     array is the first result; a tuple holds the first result alone or all."""
@@ -306,19 +225,6 @@ def split_out(out, n_results):
         raise ValueError(f"out must be an array or a tuple of {allowed}, "
                          f"got a tuple of {len(out)}")
     return (out,) + (None,) * (n_results - 1)
-
-
-def may_self_overlap(a):
-    """Whether two elements of a may share an address (as_strided views,
-    writable zero strides).  Conservative: False is certain, True may be a
-    layout that interleaves without overlapping.  Each axis, in order of
-    stride, must step past the whole extent of the axes inside it."""
-    extent = a.itemsize
-    for stride, n in sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1):
-        if stride < extent:
-            return True
-        extent += stride * (n - 1)
-    return False
 
 
 def shares_memory(a, b):
@@ -355,15 +261,7 @@ def writable_target(out, x, dtype):
     """
     if out is None:
         return np.empty_like(x, dtype=dtype), None
-    flags = out.flags
-    # A contiguous array cannot overlap itself (the common case, decided
-    # without walking the strides).
-    direct = out.dtype.isnative and flags.aligned and (
-        flags.c_contiguous or flags.f_contiguous or not may_self_overlap(out))
-    if direct and np.may_share_memory(out, x):
-        direct = (out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
-                  and out.strides == x.strides and out.dtype.itemsize == x.dtype.itemsize)
-    if direct:
+    if _rules.direct(out, x):
         return out, None
     copied("out: written through a temporary, then copied in")
     return np.empty_like(x, dtype=dtype.newbyteorder("=")), out

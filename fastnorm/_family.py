@@ -2,10 +2,8 @@
 weight standardization.  Each is a choice of reduced axes (and a view that
 splits the channel axis into groups) on the same kernels as the core."""
 import math
-import operator
 
 import numpy as np
-from numpy.exceptions import AxisError
 
 from . import _simd
 from ._args import (as_input, axes_tuple, check_eps, check_out, keepdims_shape, param,
@@ -24,23 +22,9 @@ class Groups:
     the channels of the group and every axis but 0."""
 
     def __init__(self, x, num_groups, channel_axis):
-        if x.ndim < 2:
-            raise ValueError(f"group/instance norm needs x of shape (N, C, ...), "
-                             f"got {x.ndim} dimension(s)")
-        ch = operator.index(channel_axis)
-        if not -x.ndim <= ch < x.ndim:
-            raise AxisError(ch, x.ndim)
-        ch %= x.ndim
-        if ch == 0:
-            raise ValueError("channel_axis must not be 0: axis 0 is the batch (one "
-                             "statistic per sample)")
-        try:
-            g = operator.index(num_groups)
-        except TypeError as e:
-            raise TypeError(f"num_groups must be an int, got {num_groups!r}") from e
+        ch = _simd.kernels.channel_axis(x.ndim, channel_axis)
         c = x.shape[ch]
-        if g < 1 or c % g != 0:
-            raise ValueError(f"num_groups={g} must be >= 1 and divide the {c} channels")
+        g = _simd.kernels.groups(num_groups, c)
         self.x_shape, self.axis, self.groups, self.channels = x.shape, ch, g, c
         # The split view's shape: (..., groups, channels per group, ...).
         self.view_shape = x.shape[:ch] + (g, c // g) + x.shape[ch + 1:]
@@ -292,11 +276,7 @@ def instance_norm(x, gamma=None, beta=None, *, channel_axis=1, eps=1e-5, out=Non
     if any_dask(x, gamma, beta):
         return via_dask(instance_norm, locals())
     x = as_input(x)
-    if x.ndim < 2:
-        raise ValueError(f"instance norm needs x of shape (N, C, ...), got {x.ndim} dimension(s)")
-    ch = operator.index(channel_axis)
-    if not -x.ndim <= ch < x.ndim:
-        raise AxisError(ch, x.ndim)
+    ch = _simd.kernels.channel_axis(x.ndim, channel_axis)
     return group_norm(x, x.shape[ch], gamma, beta, channel_axis=channel_axis, eps=eps,
                       out=out, dtype=dtype, return_stats=return_stats)
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _explain, _simd
 from ._args import (FLOAT_DTYPES, as_input, axes_tuple, batch_axes, check_out,
-                    check_param_shape, keepdims_shape, split_out)
+                    check_param_shape, keepdims_shape, param_grad_dtype, split_out)
 from ._call import backward, kernel_operand
 from ._family import Groups
 from ._lazy import any_dask, via_dask
@@ -119,15 +119,6 @@ def _deliver(grad, out):
     return out
 
 
-def _param_dtype(gamma_dtype, x_dtype):
-    """Parameter gradients come in gamma's float dtype (native byte order,
-    as NumPy's results are); with no (float) gamma, float32 for
-    float16/float32 inputs and float64 for float64."""
-    if gamma_dtype is not None:
-        return np.dtype(gamma_dtype).newbyteorder("=")
-    return np.dtype(np.float64 if x_dtype == np.float64 else np.float32)
-
-
 def _param_grad(g, shape, dtype, out):
     """A float64 parameter gradient (keepdims layout) in the parameter's
     shape and dtype, into out when given.  A gamma that was broadcast along
@@ -222,7 +213,7 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None, whe
     dy, x, sel = _selected(dy, x, where)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
-    pdt = _param_dtype(gdt, x.dtype)
+    pdt = param_grad_dtype(gdt, x.dtype)
     outs = _outs(out, 3, x, shape, pdt)
     dx, dg, db = backward(dy, x, axes, _stat(mean, "mean", x.shape, axes),
                           _stat(rstd, "rstd", x.shape, axes), g, "center", outs[0],
@@ -308,7 +299,7 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None, where=None)
     dy, x, sel = _selected(dy, x, where)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
-    pdt = _param_dtype(gdt, x.dtype)
+    pdt = param_grad_dtype(gdt, x.dtype)
     outs = _outs(out, 2, x, shape, pdt)
     r = _stat(rstd, "rstd", x.shape, axes)
     dx, dg, _ = backward(dy, x, axes, np.zeros_like(r), r, g, "rms", outs[0],
@@ -401,7 +392,7 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
     axes = batch_axes(axis, x.ndim, "batch_norm_backward")
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, kept)
-    pdt = _param_dtype(gdt, x.dtype)
+    pdt = param_grad_dtype(gdt, x.dtype)
     outs = _outs(out, 3, x, shape, pdt)
     dx, dg, db = backward(dy, x, axes, _stat(mean, "mean", x.shape, axes),
                           _stat(rstd, "rstd", x.shape, axes), g,
@@ -505,7 +496,7 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
         a = np.asarray(gamma)
         gdt = a.dtype if a.dtype.kind == "f" else None
         c = a.shape  # (C,) or keepdims layout: the gradients come back alike
-    pdt = _param_dtype(gdt, x.dtype)
+    pdt = param_grad_dtype(gdt, x.dtype)
     outs = _outs(out, 3, x, c, pdt)
     if gamma is None:
         g = np.ones(keepdims_shape(vx.shape, tuple(i for i in range(vx.ndim)

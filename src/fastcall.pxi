@@ -5,30 +5,23 @@
 # The contract.  Each fast_* function takes its public function's
 # arguments as the caller passed them and either
 #   - returns that function's result, made by the very kernel call the
-#     general path makes for these arguments (so the same bits), or
+#     general path makes for these arguments (so the same bits),
+#   - raises the error of an argument that breaks a rule of the contract:
+#     the rule of rules.pxi the general path applies, in the general path's
+#     order, or
 #   - returns None, having written nothing: the caller then takes the
-#     general path, which also raises every error.
-# It takes only calls that need no conversion of x, no temporary output, no
-# warning and no error: ndarrays themselves (not subclasses) of float16/32/64
-# in native byte order, aligned, with values; axes spelled as ints or
-# tuples of ints; float gains and biases of the normalized or per-channel
-# shape; out= arrays of x's kind that share no memory with what is read.
+#     general path.
+# It takes only calls that need no conversion of x, no temporary output and
+# no warning: ndarrays themselves (not subclasses) of float16/32/64 in
+# native byte order, aligned, with values; float gains and biases of the
+# normalized or per-channel shape; out= arrays the kernel writes directly.
 # Where a call is being explained (fastnorm.explain), the route it would
 # take comes back instead, at the point where the kernel would run.
-
-from libc.math cimport sqrt, isfinite
 
 import fastnorm._explain as _explain
 
 cdef extern from "numpy/arrayobject.h":
     object PyArray_NewLikeArray(cnp.ndarray prototype, int order, void* descr, int subok)
-
-# Reduced-axis flags of the last axis, by number of dimensions.
-cdef tuple LAST_AXIS = tuple(tuple(a == n - 1 for a in range(n)) for n in range(MAX_DIMS + 1))
-# ...of every axis but 1 (batch norm's default), from two dimensions on; and
-# of axis 1 alone, along which batch norm's gain and bias vary.
-cdef tuple BUT_AXIS_1 = tuple(tuple(a != 1 for a in range(n)) for n in range(MAX_DIMS + 1))
-cdef tuple AXIS_1 = tuple(tuple(a == 1 for a in range(n)) for n in range(MAX_DIMS + 1))
 
 cdef object _team_size = None
 cdef object _update_running = None
@@ -47,139 +40,12 @@ cdef int threads_for(Py_ssize_t size) except -1:
     return _team_size()
 
 
-cdef inline bint behaved_float(object a):
-    """Whether a is an ndarray itself (no subclass) of float16/32/64 in
-    native byte order, aligned: what the kernels read where it is."""
-    cdef int t
-    if type(a) is not cnp.ndarray:
-        return False
-    t = cnp.PyArray_TYPE(<cnp.ndarray>a)
-    return ((t == cnp.NPY_FLOAT16 or t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE)
-            and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a) and cnp.PyArray_ISALIGNED(<cnp.ndarray>a))
-
-
-cdef inline bint last_axis(object axis, int ndim):
-    """Whether axis names the last axis of ndim: -1 or ndim - 1, alone or
-    in a 1-tuple (every spelling of the call takes the same path)."""
-    cdef Py_ssize_t a
-    if type(axis) is tuple and len(<tuple>axis) == 1:
-        axis = (<tuple>axis)[0]
-    if type(axis) is not int or not -ndim <= axis < ndim:
-        return False     # (also an int too large for a C integer)
-    a = axis
-    return a == -1 or a == ndim - 1
-
-
-cdef inline unsigned long long every_axis(int ndim):
-    """The mask of all ndim axes (at most 64)."""
-    return (1ULL << ndim) - 1 if ndim < 64 else ~0ULL
-
-
-cdef bint axes_mask(object axis, int ndim, unsigned long long* mask):
-    """The axes that axis names over ndim dimensions as bits of mask: None
-    (every axis), or an int or a tuple of ints in range, in any order and
-    sign, none repeated; false for anything else (left to the general
-    path's conversions and errors)."""
-    cdef Py_ssize_t a
-    cdef unsigned long long seen = 0
-    if ndim > 64:
-        return False
-    if axis is None:
-        mask[0] = every_axis(ndim)
-        return True
-    if type(axis) is int:
-        axis = (axis,)
-    elif type(axis) is not tuple:
-        return False
-    for item in <tuple>axis:
-        if type(item) is not int or not -ndim <= item < ndim:
-            return False
-        a = item
-        if a < 0:
-            a += ndim
-        if (seen >> a) & 1:
-            return False
-        seen |= 1ULL << a
-    mask[0] = seen
-    return True
-
-
-cdef object reduced_flags(object axis, int ndim):
-    """axes_mask's axes as the kernels' reduced-axis flags, or None."""
-    cdef unsigned long long mask
-    cdef int a
-    if last_axis(axis, ndim):
-        return LAST_AXIS[ndim]
-    if not axes_mask(axis, ndim, &mask):
-        return None
-    return tuple([(mask >> a) & 1 == 1 for a in range(ndim)])
-
-
-cdef inline bint batch_axes(object axis, int ndim):
-    """Whether axis names every axis but 1 of ndim (batch_norm's default):
-    None, an int or a tuple of ints in any order and sign."""
-    cdef unsigned long long mask
-    return axis is None or (ndim >= 2 and axes_mask(axis, ndim, &mask)
-                            and mask == every_axis(ndim) & ~2ULL)
-
-
-cdef inline bint eps_value(object eps, double* e):
-    """eps as a finite double >= 0 when it is a Python float, or a Python
-    int in [0, 1] (bool excluded; larger ints, which no one spells as eps,
-    are left to the general path's conversion), else False."""
-    if type(eps) is float:
-        e[0] = eps
-    elif type(eps) is int and 0 <= eps <= 1:
-        e[0] = <double>eps
-    else:
-        return False
-    return 0.0 <= e[0] <= DBL_MAX
-
-
-cdef inline bint overlap(cnp.ndarray a, cnp.ndarray b):
-    """Whether the memory spans of a and b overlap (NumPy's
-    may_share_memory: a conservative bound)."""
-    cdef char* alo = <char*>cnp.PyArray_DATA(a)
-    cdef char* ahi = alo
-    cdef char* blo = <char*>cnp.PyArray_DATA(b)
-    cdef char* bhi = blo
-    cdef int i
-    cdef Py_ssize_t e
-    if cnp.PyArray_SIZE(a) == 0 or cnp.PyArray_SIZE(b) == 0:
-        return False
-    for i in range(cnp.PyArray_NDIM(a)):
-        e = (cnp.PyArray_DIM(a, i) - 1) * cnp.PyArray_STRIDE(a, i)
-        if e < 0:
-            alo += e
-        else:
-            ahi += e
-    for i in range(cnp.PyArray_NDIM(b)):
-        e = (cnp.PyArray_DIM(b, i) - 1) * cnp.PyArray_STRIDE(b, i)
-        if e < 0:
-            blo += e
-        else:
-            bhi += e
-    return alo < bhi + cnp.PyArray_ITEMSIZE(b) and blo < ahi + cnp.PyArray_ITEMSIZE(a)
-
-
-cdef bint writable_like(object out, cnp.ndarray x, bint c_only):
-    """Whether out is an ndarray of x's dtype and shape that the kernels
-    write where it is: writable, aligned, of native byte order and
-    contiguous (C order, or either with c_only false: no two elements share
-    an address)."""
-    cdef cnp.ndarray o
-    cdef int i
-    if type(out) is not cnp.ndarray:
-        return False
-    o = <cnp.ndarray>out
-    if (cnp.PyArray_TYPE(o) != cnp.PyArray_TYPE(x) or cnp.PyArray_NDIM(o) != cnp.PyArray_NDIM(x)
-            or not cnp.PyArray_ISWRITEABLE(o) or not cnp.PyArray_ISALIGNED(o)
-            or not cnp.PyArray_ISNOTSWAPPED(o)):
-        return False
-    for i in range(cnp.PyArray_NDIM(x)):
-        if cnp.PyArray_DIM(o, i) != cnp.PyArray_DIM(x, i):
-            return False
-    return cnp.PyArray_IS_C_CONTIGUOUS(o) or (not c_only and cnp.PyArray_IS_F_CONTIGUOUS(o))
+cdef tuple reduced_flags(object axis, int ndim):
+    """The reduced-axis flags of axis over ndim dimensions (axes_bits, with
+    its errors)."""
+    cdef unsigned long long bits
+    axes_bits(axis, ndim, &bits)
+    return bits_flags(bits, ndim)
 
 
 cdef int explaining_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced,
@@ -195,10 +61,10 @@ cdef int explaining_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple red
 
 cdef object stat_result(cnp.ndarray s, int t):
     """A statistic the kernel wrote (float64) as the general path delivers
-    it for an x of type t: itself for float64, else float32, each value
-    rounded once (NumPy's astype)."""
+    it for results of type t (stat_type): itself for float64, else
+    float32, each value rounded once (NumPy's astype)."""
     cdef cnp.ndarray r
-    if t == cnp.NPY_DOUBLE:
+    if stat_type(t) == cnp.NPY_DOUBLE:
         return s
     r = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(s), cnp.PyArray_DIMS(s), cnp.NPY_FLOAT, 0)
     if narrow(<const double*>cnp.PyArray_DATA(s), cnp.PyArray_SIZE(s),
@@ -228,17 +94,18 @@ cdef inline bint stats_wanted(object return_stats, object out, bint* want):
 
 
 cdef object norm_target(object out, cnp.ndarray x):
-    """The array a normalizer's kernel writes y into: a new one like x (out
-    None), x itself (out=x: each slice is read before it is written), or an
-    out= the kernel writes directly (C-contiguous, of x's kind, apart from
-    x); None for any other out=."""
+    """The array a normalizer's kernel writes y into (of x's type): a new
+    one like x (out None), or out= (out_rule, with its errors) where the
+    kernel writes it directly (writes_directly); None for a tuple, a
+    subclass or an out= written through a temporary."""
     if out is None:
         return PyArray_NewLikeArray(x, cnp.NPY_KEEPORDER, NULL, 0)
-    if not writable_like(out, x, True):
+    if type(out) is tuple:
         return None
-    if out is x or not overlap(<cnp.ndarray>out, x):
-        return out
-    return None
+    out_rule(out, "out", cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x))
+    if type(out) is not cnp.ndarray or not writes_directly(<cnp.ndarray>out, x):
+        return None
+    return out
 
 
 def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
@@ -256,14 +123,15 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
     cdef bint fresh = out is None, stats
     if dtype is not None or not stats_wanted(return_stats, out, &stats):
         return None
-    if not behaved_float(x) or not eps_value(eps, &e):
+    if not behaved_float(x):
         return None
     xa = <cnp.ndarray>x
     ndim = cnp.PyArray_NDIM(xa)
     if ndim == 0 or cnp.PyArray_SIZE(xa) == 0:
         return None
     reduced = reduced_flags(axis, ndim)
-    if reduced is None or True not in reduced:
+    e = eps_of(eps)
+    if True not in reduced:
         return None
     g = param_f64(gamma, reduced, cnp.PyArray_DIMS(xa))
     b = param_f64(beta, reduced, cnp.PyArray_DIMS(xa))
@@ -289,21 +157,14 @@ def fast_norm(int mode, x, gamma, beta, axis, eps, out, dtype, return_stats):
     return y, stat_result(s0, t), stat_result(s1, t)
 
 
-cdef bint result_array(object o, int ndim, const cnp.npy_intp* dims, int t):
-    """Whether o is an out= array the fast path writes directly: an ndarray
-    of type t and these dims, C-contiguous, aligned, writable, native."""
-    cdef cnp.ndarray a
-    cdef int i
-    if type(o) is not cnp.ndarray:
-        return False
-    a = <cnp.ndarray>o
-    if (cnp.PyArray_TYPE(a) != t or cnp.PyArray_NDIM(a) != ndim
-            or not cnp.PyArray_ISCARRAY(a) or not cnp.PyArray_ISNOTSWAPPED(a)):
-        return False
-    for i in range(ndim):
-        if cnp.PyArray_DIM(a, i) != dims[i]:
-            return False
-    return True
+cdef bint result_array(object o, str name, int ndim, const cnp.npy_intp* dims,
+                       int t) except -1:
+    """Whether o, an out= array for a result of type t and these dims
+    (out_rule, with its errors), is one the fast path writes directly: an
+    ndarray itself, C-contiguous, aligned, native."""
+    out_rule(o, name, ndim, dims, t)
+    return (type(o) is cnp.ndarray and cnp.PyArray_ISCARRAY(<cnp.ndarray>o)
+            and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>o))
 
 
 cdef void divide_by(double* q, double div, Py_ssize_t n) noexcept nogil:
@@ -348,15 +209,14 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     if (dtype is not None or not behaved_float(x)
             or type(ddof) is not int or type(keepdims) is not bool):
         return None
-    if out is not None and not (type(out) is tuple and len(<tuple>out) == 2):
+    if out is not None and not (type(out) is tuple and len(<tuple>out) == 2
+                                and (<tuple>out)[0] is not None and (<tuple>out)[1] is not None):
         return None
     xa = <cnp.ndarray>x
     ndim = cnp.PyArray_NDIM(xa)
     if ndim == 0 or cnp.PyArray_SIZE(xa) == 0:
         return None
     reduced = reduced_flags(axis, ndim)
-    if reduced is None:
-        return None
     out_ndim = 0
     for a in range(ndim):
         dims[a] = cnp.PyArray_DIM(xa, a)
@@ -376,8 +236,8 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     t = cnp.PyArray_TYPE(xa)
     if out is not None and not (
             (t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE)
-            and result_array((<tuple>out)[0], out_ndim, kept, t)
-            and result_array((<tuple>out)[1], out_ndim, kept, t)):
+            and result_array((<tuple>out)[0], "out[0]", out_ndim, kept, t)
+            and result_array((<tuple>out)[1], "out[1]", out_ndim, kept, t)):
         return None
     mean = stat_buffer(ndim, dims, t == cnp.NPY_DOUBLE)
     m2 = stat_buffer(ndim, dims, t == cnp.NPY_DOUBLE)
@@ -420,10 +280,6 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     return mean_out, var_out
 
 
-cdef tuple dims_tuple(int ndim, const cnp.npy_intp* dims):
-    return tuple([dims[a] for a in range(ndim)])
-
-
 cdef bint running_buffer(object r, cnp.npy_intp c, bint updated):
     """Whether r is a running statistic the fast path can use: a float
     ndarray of shape (C,), which training updates in place (then
@@ -453,40 +309,48 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     global _update_running
     cdef bint fresh = out is None, train, stats
     cdef tuple keep
+    cdef unsigned long long bits
     if dtype is not None or not stats_wanted(return_stats, out, &stats):
         return None
-    if not behaved_float(x) or not eps_value(eps, &e) or type(training) is not bool:
+    if not behaved_float(x) or type(training) is not bool:
         return None
     xa = <cnp.ndarray>x
     ndim = cnp.PyArray_NDIM(xa)
     train = training
-    if ndim < 2 or cnp.PyArray_SIZE(xa) == 0 or not batch_axes(axis, ndim):
+    if ndim < 2 or cnp.PyArray_SIZE(xa) == 0:
         return None
-    c = cnp.PyArray_DIM(xa, 1)
-    n = cnp.PyArray_SIZE(xa) // c
-    if train:
-        if not (type(momentum) is float and isfinite(<double>momentum) and n > 1):
-            return None
-        mom = momentum
+    batch_bits(axis, ndim, "batch_norm", &bits)
+    if bits != every_axis(ndim) & ~2ULL:
+        return None
+    e = eps_of(eps)
     g = param_f64(gamma, AXIS_1[ndim], cnp.PyArray_DIMS(xa))
     b = param_f64(beta, AXIS_1[ndim], cnp.PyArray_DIMS(xa))
     if g is False or b is False:
         return None
+    c = cnp.PyArray_DIM(xa, 1)
+    n = cnp.PyArray_SIZE(xa) // c
     if running_mean is None and running_var is None:
         if not train:
             return None
     elif not (running_buffer(running_mean, c, train) and running_buffer(running_var, c, train)
               and not overlap(<cnp.ndarray>running_mean, <cnp.ndarray>running_var)):
         return None
+    if train:
+        training_values(n, (<object>xa).shape, bits)
+        mom = momentum_of(momentum)
     if fresh:
         y = PyArray_NewLikeArray(xa, cnp.NPY_KEEPORDER, NULL, 0)
-    elif writable_like(out, xa, False) and not overlap(<cnp.ndarray>out, xa):
-        y = <cnp.ndarray>out
-        for r in (running_mean, running_var):
-            if r is not None and overlap(y, <cnp.ndarray>r):
-                return None
     else:
-        return None
+        if type(out) is tuple:
+            return None
+        if type(out) is cnp.ndarray:
+            for r in (running_mean, running_var):
+                if r is not None and overlap(<cnp.ndarray>out, <cnp.ndarray>r):
+                    return None     # (the general path's check_disjoint)
+        out_rule(out, "out", ndim, cnp.PyArray_DIMS(xa), cnp.PyArray_TYPE(xa))
+        if type(out) is not cnp.ndarray or not writes_directly(<cnp.ndarray>out, xa):
+            return None
+        y = <cnp.ndarray>out
     for i in range(ndim):
         dims[i] = 1
     dims[1] = c
@@ -549,28 +413,16 @@ cdef object stat_f64(object a, int ndim, const cnp.npy_intp* keep, int n_kept,
     return cnp.PyArray_Reshape(s, dims_tuple(ndim, keep))
 
 
-cdef inline bint same_dims(cnp.ndarray a, int ndim, const cnp.npy_intp* dims):
-    cdef int i
-    if cnp.PyArray_NDIM(a) != ndim:
-        return False
-    for i in range(ndim):
-        if cnp.PyArray_DIM(a, i) != dims[i]:
-            return False
-    return True
-
-
-cdef inline bint param_out(object p, int t, int ndim, const cnp.npy_intp* dims):
-    """Whether p takes a parameter gradient of type t and these dims (the
-    parameter's named shape): None, or a writable ndarray of t in native
-    byte order (any strides)."""
-    cdef cnp.ndarray a
+cdef inline bint param_out(object p, str name, int t, int ndim,
+                           const cnp.npy_intp* dims) except -1:
+    """Whether the fast path writes a parameter gradient of type t and these
+    dims (the parameter's named shape) into p: None, or an ndarray itself
+    in native byte order (any strides) that out_rule takes (with its
+    errors)."""
     if p is None:
         return True
-    if type(p) is not cnp.ndarray:
-        return False
-    a = <cnp.ndarray>p
-    return (cnp.PyArray_TYPE(a) == t and cnp.PyArray_ISNOTSWAPPED(a) and same_dims(a, ndim, dims)
-            and cnp.PyArray_ISWRITEABLE(a))
+    out_rule(p, name, ndim, dims, t)
+    return type(p) is cnp.ndarray and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>p)
 
 
 cdef object param_result(cnp.ndarray grad, int t, object p):
@@ -638,7 +490,7 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
         reduced = BUT_AXIS_1[ndim]
     else:
         reduced = reduced_flags(axis, ndim)
-    if reduced is None or True not in reduced:
+    if True not in reduced:
         return None
     # The parameters vary along the normalized axes, or batch norm's along
     # the others.
@@ -715,14 +567,20 @@ cdef object grad_call(cnp.ndarray dya, cnp.ndarray xa, object view, cnp.ndarray 
     if fresh:
         dx = PyArray_NewLikeArray(xa, cnp.NPY_KEEPORDER, NULL, 0)
     else:
-        if not writable_like(outs[0], xa, view is not None):
+        out_rule(outs[0], "out", cnp.PyArray_NDIM(xa), cnp.PyArray_DIMS(xa),
+                 cnp.PyArray_TYPE(xa))
+        # (a view's dx must reshape without a copy: C order)
+        if type(outs[0]) is not cnp.ndarray or (
+                view is not None and not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>outs[0])):
             return None
         dx = <cnp.ndarray>outs[0]
+        if not writes_directly(dx, xa):
+            return None
         for o in (dya, xa, r) if no_mean else (dya, xa, r, m):
             if overlap(dx, o):
                 return None
     for i in range(1, n_out):
-        if not param_out(outs[i], pt, n_named, named):
+        if not param_out(outs[i], f"out[{i}]", pt, n_named, named):
             return None
     # The kernel reads the parameter gradients' buffers alone: the named
     # shape here, as they are returned.
@@ -749,22 +607,17 @@ cdef int group_dims(cnp.ndarray xa, object num_groups, object channel_axis,
     """group_norm's view of x: its shape with the channel axis split into
     (groups, channels per group), in vdims (ndim + 1 of them), and its
     statistics' keepdims shape (1 but on axis 0 and the groups') in kdims;
-    the channel axis, or -1 for a call the fast path leaves to the general
-    path (x not C-contiguous, empty, of fewer than 2 dimensions or too
-    many; groups or axis not plain ints, or ones the general path
-    refuses)."""
+    the channel axis (channel_axis_of, groups_of: their errors), or -1
+    for an x the fast path leaves to the general path (not C-contiguous,
+    empty, of fewer than 2 dimensions or too many)."""
     cdef int ndim = cnp.PyArray_NDIM(xa), ch, a
     cdef Py_ssize_t groups, c
-    if type(num_groups) is not int or type(channel_axis) is not int:
-        return -1
     if (ndim < 2 or ndim >= MAX_DIMS or cnp.PyArray_SIZE(xa) == 0
-            or not cnp.PyArray_IS_C_CONTIGUOUS(xa) or not -ndim <= channel_axis < ndim):
+            or not cnp.PyArray_IS_C_CONTIGUOUS(xa)):
         return -1
-    ch = channel_axis % ndim
+    ch = channel_axis_of(ndim, channel_axis)
     c = cnp.PyArray_DIM(xa, ch)
-    if ch == 0 or not 1 <= num_groups <= c or c % <Py_ssize_t>num_groups != 0:
-        return -1
-    groups = num_groups
+    groups = groups_of(num_groups, c)
     for a in range(ndim + 1):
         vdims[a] = (cnp.PyArray_DIM(xa, a) if a < ch else groups if a == ch
                     else c // groups if a == ch + 1 else cnp.PyArray_DIM(xa, a - 1))
@@ -808,12 +661,13 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     cdef tuple reduced, view
     if dtype is not None or not stats_wanted(return_stats, out, &stats):
         return None
-    if not behaved_float(x) or not eps_value(eps, &e):
+    if not behaved_float(x):
         return None
     xa = <cnp.ndarray>x
     ch = group_dims(xa, num_groups, channel_axis, vdims, kdims)
     if ch < 0:
         return None
+    e = eps_of(eps)
     ndim = cnp.PyArray_NDIM(xa)
     view = dims_tuple(ndim + 1, vdims)
     reduced = group_reduced(ndim + 1, ch)

@@ -25,6 +25,7 @@ cnp.import_array()
 
 include "forward.pxi"
 include "backward.pxi"
+include "rules.pxi"
 include "params.pxi"
 include "fastcall.pxi"
 

@@ -48,3 +48,22 @@ def general(func, *args, **kwargs):
     """func(*args, **kwargs) on the general path."""
     with general_path():
         return func(*args, **kwargs)
+
+
+def same_error(func, *args, **kwargs):
+    """The error func(*args, **kwargs) raises: one rule, so the same type
+    and message whether the small calls' path or the general path meets
+    the argument first."""
+    errors = []
+    for path in (contextlib.nullcontext(), general_path()):
+        with path:
+            try:
+                func(*args, **kwargs)
+            except Exception as e:      # noqa: BLE001 (compared below)
+                errors.append(e)
+            else:
+                errors.append(None)
+    fast, general = errors
+    assert general is not None, "the call raised nothing"
+    assert type(fast) is type(general) and str(fast) == str(general), (fast, general)
+    return general

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _grad
 from . import tasks
-from .._args import axes_tuple, batch_axes, keepdims_shape
+from .._args import axes_tuple, batch_axes, keepdims_shape, param_grad_dtype
 from .args import aligned, conformed, lazy_array, lazy_input, lazy_where, no_out, stand_in
 from .graph import channel_param, chunkwise, per_chunk, selected_count, whole_slices
 from .._family import Groups
@@ -45,7 +45,7 @@ def _gamma(gamma, x, along):
     """gamma (ones when None) as float64 in keepdims layout, aligned with x;
     the shape and dtype its gradients are returned in."""
     g, shape, gdt = _grad._gamma(stand_in(gamma), "gamma", x.shape, along)
-    return aligned(conformed(gamma, g), x), shape, _grad._param_dtype(gdt, x.dtype)
+    return aligned(conformed(gamma, g), x), shape, param_grad_dtype(gdt, x.dtype)
 
 
 def _count(x, axes, where=None):
@@ -155,7 +155,7 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis, out)
         gamma = gamma if isinstance(gamma, da.Array) else np.asarray(gamma)
         shape, gdt = gamma.shape, (gamma.dtype if gamma.dtype.kind == "f" else None)
         g = channel_param(gamma, "gamma", grp, x)
-    pdt = _grad._param_dtype(gdt, x.dtype)
+    pdt = param_grad_dtype(gdt, x.dtype)
     no_out(out)
 
     def group_sum(a):
