@@ -19,6 +19,20 @@ from simd cimport *
 from moments cimport Moments
 from plan cimport *
 
+# The room a coefficient keeps in its compute type: below TOP, a product
+# with data cannot overflow; above TINY (or zero), a scale does not flush.
+cdef extern from *:
+    """
+    #define FN_F32_TOP 1e30
+    #define FN_F32_TINY 1e-30
+    #define FN_F64_TOP 1e300
+    #define FN_F64_TINY 1e-300
+    """
+    const double FN_F32_TOP
+    const double FN_F32_TINY
+    const double FN_F64_TOP
+    const double FN_F64_TINY
+
 
 cdef struct Coef:
     # How one slice (or column) is normalized: y = (x - (pivot + shift)) * scale
@@ -219,11 +233,11 @@ cdef inline bint affine_f(Coef c, double g, double b, float* m, float* k2,
     affine_d); false where float32 cannot hold them with room to spare."""
     cdef double mean = c.pivot + c.shift, sc, e
     m[0] = <float>mean
-    if not (fabs(mean) < 1e30 and 1e-30 < c.scale < 1e30):
+    if not (fabs(mean) < FN_F32_TOP and FN_F32_TINY < c.scale < FN_F32_TOP):
         return False
     sc = c.scale * g
     e = (mean - <double>m[0]) * sc - b
-    if not (fabs(sc) < 1e30 and fabs(e) < 1e30):   # a zero gain is fine
+    if not (fabs(sc) < FN_F32_TOP and fabs(e) < FN_F32_TOP):   # a zero gain is fine
         return False
     k2[0] = <float>sc
     k0[0] = -<float>e
@@ -273,8 +287,10 @@ cdef inline bint lanes_affine_gf(fn_vd mean, fn_vd scale, fn_vd g, fn_vd b, floa
     # affine_f's (mean - m) * sc - b, one rounding where FMA is (there the
     # compiler contracts affine_f's too)
     e = fn_fma(fn_sub(mean, fn_load_f32(m)), sc, fn_mul(b, fn_set1(-1.0)))
-    if not (fn_all_between(mean, -1e30, 1e30) and fn_all_between(scale, 1e-30, 1e30)
-            and fn_all_between(sc, -1e30, 1e30) and fn_all_between(e, -1e30, 1e30)):
+    if not (fn_all_between(mean, -FN_F32_TOP, FN_F32_TOP)
+            and fn_all_between(scale, FN_F32_TINY, FN_F32_TOP)
+            and fn_all_between(sc, -FN_F32_TOP, FN_F32_TOP)
+            and fn_all_between(e, -FN_F32_TOP, FN_F32_TOP)):
         return False
     fn_store_f32(k2, sc)
     fn_store_f32(k0, fn_mul(e, fn_set1(-1.0)))
@@ -316,8 +332,8 @@ cdef inline bint holds(double v, ct* kind) noexcept nogil:
     """Whether ct holds v with room to spare: no overflow in a product with
     data, no flush to zero."""
     if ct is float:
-        return fabs(v) < 1e30 and (v == 0.0 or fabs(v) > 1e-30)
-    return fabs(v) < 1e300 and (v == 0.0 or fabs(v) > 1e-300)
+        return fabs(v) < FN_F32_TOP and (v == 0.0 or fabs(v) > FN_F32_TINY)
+    return fabs(v) < FN_F64_TOP and (v == 0.0 or fabs(v) > FN_F64_TINY)
 
 
 cdef inline bint grad_affine(double mean, double r, double gr, double a, double b,
@@ -328,7 +344,7 @@ cdef inline bint grad_affine(double mean, double r, double gr, double a, double 
     cdef ct mc = <ct>mean
     cdef double rrb = r * r * b
     cdef double k0 = (mean - <double>mc) * rrb - r * a
-    cdef double top = 1e30 if ct is float else 1e300
+    cdef double top = FN_F32_TOP if ct is float else FN_F64_TOP
     if not (fabs(mean) < top and holds(r, k) and holds(gr, k) and holds(rrb, k)
             and fabs(k0) < top):
         return False
