@@ -6,7 +6,7 @@ import numpy as np
 
 from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps, check_out,
                     check_training, keepdims_shape, param, result_dtypes, running_stat,
-                    split_out)
+                    selected_values, split_out)
 from . import _simd
 from ._call import forward, normalize
 from ._running import running_rstd, update_running
@@ -508,7 +508,9 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
             n_stats=n_stats, given=(mean, rstd), **sel.kernel_args())
     else:
-        n, momentum = check_training(x.shape, axes, momentum, sel.where)
+        # A fresh y is the caller's only after the counts are checked.
+        counted = out is None and sel.count is not None
+        n, momentum = check_training(x.shape, axes, momentum, sel.where, counted)
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)
             rv_view = running_stat(running_var, "running_var", x.shape, kept)
@@ -519,7 +521,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
                            + [(f"out[{i}]" if i else "out", o) for i, o in enumerate(outs)])
         y, (mean, rstd, var), sdt, outs = normalize(
             x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-            n_stats=n_stats, want_var=running_mean is not None, **sel.kernel_args())
+            n_stats=n_stats, want_var=running_mean is not None,
+            check_count=selected_values if counted else None, **sel.kernel_args())
         if running_mean is not None and x.size > 0:
             update_running(rm_view, rv_view, mean, var, momentum,
                            n if sel.count is None else sel.count)

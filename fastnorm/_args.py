@@ -129,17 +129,19 @@ def _param_shapes(x_shape, along):
     return named, keep
 
 
-def check_training(x_shape, axes, momentum, where=None):
+def check_training(x_shape, axes, momentum, where=None, counted=False):
     """batch_norm training's checks: (n, momentum), n the number of values
     per feature (not one; none is an empty batch), momentum a finite float.
     With a where= mask (as_where's bytes), no feature may have exactly one
-    selected value; a feature with none selected is an empty reduction,
-    whatever the batch's size.  A lazy (Dask) mask's counts are checked
-    where they are computed."""
+    selected value (selected_values); a feature with none selected is an
+    empty reduction, whatever the batch's size.  counted: the caller checks
+    the counts the kernel gives instead, before anything it wrote is seen
+    (the mask's own count is a serial pass).  A lazy (Dask) mask's counts
+    are checked where they are computed."""
     n = math.prod(x_shape[i] for i in axes)
     if where is None:
         _rules.check_training_values(n, x_shape, axes)
-    if isinstance(where, np.ndarray) and n > 0:
+    elif isinstance(where, np.ndarray) and n > 0 and not counted:
         # Counted over the mask's own values: a broadcast (N, T, 1) mask is
         # N * T bytes, not x's size; an axis it repeats multiplies the count.
         w = where.view(np.bool_)
@@ -148,10 +150,16 @@ def check_training(x_shape, axes, momentum, where=None):
         # (count_nonzero sums in intp: int32 sums run twice as fast)
         counts = np.add.reduce(w[own], axis=axes,
                                dtype=np.int32 if n < 2**31 else np.intp) * repeats
-        if np.any(counts == 1):
-            raise ValueError("batch_norm training needs more than one selected value per "
-                             "feature; where= selects one value of some feature")
+        selected_values(counts)
     return n, _rules.check_momentum(momentum)
+
+
+def selected_values(counts):
+    """batch_norm training with where=: no feature's count of selected
+    values may be one."""
+    if np.any(counts == 1):
+        raise ValueError("batch_norm training needs more than one selected value per "
+                         "feature; where= selects one value of some feature")
 
 
 def param(value, name, x_shape, along, x_name="x"):

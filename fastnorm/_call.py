@@ -16,7 +16,7 @@ from ._config import team_size
 
 def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
                  given=None, want_var=False, want_stats=True, fresh=False,
-                 where=None, count=None):
+                 where=None, count=None, check_count=None):
     """Run the kernel once; return its per-slice float64 statistics in
     keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
     'center', (mean of squares, rstd) for 'rms', the given pair for 'given'.
@@ -25,7 +25,9 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     allocated (the kernels write fresh pages in the order they fault
     cheapest).  where: the selection (as_where's bytes), with count, a
     float64 array in keepdims layout for each slice's number of selected
-    values; y is written at the selected positions alone."""
+    values; y is written at the selected positions alone, and check_count
+    (when given) is called with count before the call warns of an empty
+    selection."""
     shape = keepdims_shape(x.shape, axes)
     if given is not None:
         s0, s1 = given
@@ -52,6 +54,8 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
         _explain.kernel(k.explain_forward(x, y, gamma, beta, s0, s1, s2, mask, m, threads, fresh,
                                           where, count))
     k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh, where, count)
+    if check_count is not None:
+        check_count(count)
     if where is not None and given is None and (count == 0).any():
         warn_empty()
     return s0, s1, s2
@@ -73,12 +77,13 @@ def deliver(stat, dtype, out, name):
 
 
 def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
-              given=None, want_var=False, want_stats=True, where=None, count=None):
+              given=None, want_var=False, want_stats=True, where=None, count=None,
+              check_count=None):
     """Shared body of the normalizers: y plus the statistics in the dtype
     the caller gets them in (n_stats of them are delivered through out;
     want_stats=False: y alone is used, the statistics may be None).
-    where, count: as forward's; a fresh y holds 0 outside the selection,
-    an out= its old values."""
+    where, count, check_count: as forward's; a fresh y holds 0 outside the
+    selection, an out= its old values."""
     out_dtype, stat_dtype = result_dtypes(x.dtype, dtype)
     outs = split_out(out, 1 + n_stats)
     # Every out= is checked before anything is written.
@@ -101,7 +106,7 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
             given = tuple(detach(s, y) for s in given)
     stats = forward(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y, given=given,
                     want_var=want_var, want_stats=want_stats, fresh=y is not outs[0],
-                    where=where, count=count)
+                    where=where, count=count, check_count=check_count)
     if final is not None:
         np.copyto(final, y, where=True if where is None else where.view(np.bool_))
         y = final

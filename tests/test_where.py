@@ -314,20 +314,28 @@ def test_a_feature_with_nothing_selected_keeps_its_running_statistics():
     assert rm[0] != 0.5 and rv[0] != 2.0
 
 
+@pytest.mark.parametrize("into_out", [False, True], ids=["fresh y", "out="])
 @pytest.mark.parametrize("byte", [1, 2, 255])
-def test_one_selected_value_of_a_feature_is_refused_whatever_its_byte(byte):
+def test_one_selected_value_of_a_feature_is_refused_whatever_its_byte(byte, into_out):
     # A boolean mask is a byte an element, any nonzero byte true (a view of
     # other bytes): one selected value of a feature is refused for training,
     # two are not, however the bytes that select them read as numbers.
+    # Refused before anything the caller holds is written: out= (counted
+    # from the mask first) and the running statistics alike.
     x = np.random.default_rng(5).standard_normal((6, 3))
     bytes_ = np.zeros((6, 3), np.uint8)
     bytes_[:, :2] = byte
     bytes_[0, 2] = byte
+    rm, rv, out = np.zeros(3), np.ones(3), np.full((6, 3), -7.0) if into_out else None
     with pytest.raises(ValueError, match="more than one selected"):
-        fastnorm.batch_norm(x, axis=0, where=bytes_.view(np.bool_))
+        fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0, out=out,
+                            where=bytes_.view(np.bool_))
+    assert (rm == 0).all() and (rv == 1).all()
+    assert out is None or (out == -7).all()
     bytes_[1, 2] = byte
-    y = fastnorm.batch_norm(x, axis=0, where=bytes_.view(np.bool_))
-    assert_bitwise(y, fastnorm.batch_norm(x, axis=0, where=bytes_ != 0))
+    y = fastnorm.batch_norm(x, axis=0, out=out, where=bytes_.view(np.bool_))
+    assert_bitwise(y, fastnorm.batch_norm(x, axis=0, where=bytes_ != 0, out=(
+        None if out is None else np.full((6, 3), -7.0))))
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -341,9 +349,13 @@ def test_nothing_selected_is_an_empty_batch_whatever_its_size(batch, lazy):
             pytest.importorskip("dask.array").from_array(x) if lazy else x,
             running_mean=rm, running_var=rv, axis=0, where=np.zeros_like(x, bool)))
     assert (y == 0).all() and (rm == 0.5).all() and (rv == 2.0).all()
-    with pytest.raises(ValueError, match="one selected value"):
-        fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0,
-                            where=np.arange(5 * batch).reshape(batch, 5) == 0)
+    # ...and one value selected of one feature, none of the others: refused,
+    # with no warning of the empty ones first.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match="one selected value"):
+            fastnorm.batch_norm(x, running_mean=rm, running_var=rv, axis=0,
+                                where=np.arange(5 * batch).reshape(batch, 5) == 0)
 
 
 def test_a_fully_masked_slice_is_an_empty_reduction():
