@@ -158,16 +158,19 @@ def batch_axes(axis, int ndim, what="batch_norm"):
 # --------------------------------------------------------------------------
 # scalars
 
+cdef double real_of(object v, str name) except? -1.0:
+    """v as a double: a real number (what float() takes)."""
+    if type(v) is float:
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a real number, got {v!r}") from err
+
+
 cdef double eps_of(object eps) except? -1.0:
     """eps as a double: a real number, finite and >= 0."""
-    cdef double e
-    if type(eps) is float:
-        e = eps
-    else:
-        try:
-            e = float(eps)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"eps must be a real number, got {eps!r}") from err
+    cdef double e = real_of(eps, "eps")
     if not (isfinite(e) and e >= 0.0):
         raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
     return e
@@ -179,14 +182,7 @@ def check_eps(eps):
 
 cdef double momentum_of(object momentum) except? -1.0:
     """batch_norm's momentum as a double: a finite real number."""
-    cdef double m
-    if type(momentum) is float:
-        m = momentum
-    else:
-        try:
-            m = float(momentum)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"momentum must be a real number, got {momentum!r}") from e
+    cdef double m = real_of(momentum, "momentum")
     if not isfinite(m):
         raise ValueError(f"momentum must be finite, got {m}")
     return m
