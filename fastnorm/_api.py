@@ -149,12 +149,8 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
     results = []
     for stat, o in zip((s0, var), out):
         stat = stat.reshape(shape)
-        if o is None:
-            r = stat.astype(res_dtype, copy=False)
-            results.append(inp.wrap(r[()] if r.ndim == 0 else r, empty))
-        else:
-            np.copyto(o, stat, casting="unsafe")
-            results.append(o)
+        r = _simd.kernels.result(stat, res_dtype, o)
+        results.append(r if o is not None else inp.wrap(r[()] if r.ndim == 0 else r, empty))
     return tuple(results)
 
 

@@ -67,13 +67,11 @@ def fortran(x):
 
 
 def deliver(stat, dtype, out, name):
-    """A float64 statistic as the caller asked for it: cast to dtype, into
-    out when given."""
-    if out is None:
-        return stat.astype(dtype, copy=False)
-    check_out(out, name, stat.shape, dtype)
-    np.copyto(out, stat, casting="unsafe")
-    return out
+    """A float64 statistic as the caller asked for it: in dtype, into out
+    when given (the kernels' result rule)."""
+    if out is not None:
+        check_out(out, name, stat.shape, dtype)
+    return _simd.kernels.result(stat, dtype, out)
 
 
 def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,

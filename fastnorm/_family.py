@@ -22,17 +22,13 @@ class Groups:
     the channels of the group and every axis but 0."""
 
     def __init__(self, x, num_groups, channel_axis):
-        ch = _simd.kernels.channel_axis(x.ndim, channel_axis)
-        c = x.shape[ch]
-        g = _simd.kernels.groups(num_groups, c)
-        self.x_shape, self.axis, self.groups, self.channels = x.shape, ch, g, c
-        # The split view's shape: (..., groups, channels per group, ...).
-        self.view_shape = x.shape[:ch] + (g, c // g) + x.shape[ch + 1:]
+        # The split view's shape: (..., groups, channels per group, ...);
+        # statistics as returned: x's shape with the channel axis holding
+        # the groups and every other axis but 0 of size 1.
+        ch, g, self.view_shape, self.stat_shape = _simd.kernels.groups_view(
+            x.shape, num_groups, channel_axis)
+        self.x_shape, self.axis, self.groups, self.channels = x.shape, ch, g, x.shape[ch]
         self.reduced = tuple(i for i in range(1, x.ndim + 1) if i != ch)
-        # Statistics as returned: x's shape with the channel axis holding the
-        # groups and every other axis but 0 of size 1.
-        self.stat_shape = tuple(x.shape[0] if i == 0 else (g if i == ch else 1)
-                                for i in range(x.ndim))
 
     def split(self, a):
         """An array of x's shape, as a view with the channel axis split."""

@@ -112,13 +112,6 @@ def _outs(out, n, x, shape, dtype):
     return outs
 
 
-def _deliver(grad, out):
-    if out is None:
-        return grad
-    np.copyto(out, grad)
-    return out
-
-
 def _param_grad(g, shape, dtype, out):
     """A float64 parameter gradient (keepdims layout) in the parameter's
     shape and dtype, into out when given.  A gamma that was broadcast along
@@ -126,7 +119,10 @@ def _param_grad(g, shape, dtype, out):
     if len(shape) == g.ndim and shape != g.shape:
         g = g.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1),
                   keepdims=True)
-    return _deliver(g.reshape(shape).astype(dtype, copy=False), out)
+    g = g.reshape(shape)
+    if not isinstance(g, np.ndarray):       # lazy (Dask): the rule block by block
+        return g.map_blocks(_simd.kernels.result, dtype, dtype=dtype)
+    return _simd.kernels.result(g, dtype, out)
 
 
 def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None, where=None):

@@ -59,18 +59,10 @@ cdef int explaining_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple red
     return 0
 
 
-cdef object stat_result(cnp.ndarray s, int t):
+cdef inline object stat_result(cnp.ndarray s, int t):
     """A statistic the kernel wrote (float64) as the general path delivers
-    it for results of type t (stat_type): itself for float64, else
-    float32, each value rounded once (NumPy's astype)."""
-    cdef cnp.ndarray r
-    if stat_type(t) == cnp.NPY_DOUBLE:
-        return s
-    r = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(s), cnp.PyArray_DIMS(s), cnp.NPY_FLOAT, 0)
-    if narrow(<const double*>cnp.PyArray_DATA(s), cnp.PyArray_SIZE(s),
-              <char*>cnp.PyArray_DATA(r), sizeof(float)):
-        return r
-    return cnp.PyArray_Cast(s, cnp.NPY_FLOAT)      # which warns of the overflow
+    it for results of type t (as_result in stat_type)."""
+    return as_result(s, stat_type(t), None)
 
 
 cdef cnp.ndarray stat_buffer(int ndim, cnp.npy_intp* dims, bint returned):
@@ -179,15 +171,6 @@ cdef void divide_by(double* q, double div, Py_ssize_t n) noexcept nogil:
         i = i + 1
 
 
-cdef void narrow_into(cnp.ndarray dst, cnp.ndarray src):
-    """The float64 values of src into the float32 C-contiguous array dst
-    (as many), each rounded once; where one overflows, through NumPy's
-    cast, which warns of it as the general path's does."""
-    if not narrow(<const double*>cnp.PyArray_DATA(src), cnp.PyArray_SIZE(src),
-                  <char*>cnp.PyArray_DATA(dst), sizeof(float)):
-        cnp.PyArray_CopyInto(dst, (<object>src).reshape((<object>dst).shape))
-
-
 def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     """(mean, var) over any axes as mean_var returns them (dtype None;
     out None or two float32/float64 arrays the results go into as they are;
@@ -204,7 +187,6 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     cdef Py_ssize_t count, n = 1
     cdef tuple reduced
     cdef double div
-    cdef double* mp
     cdef double* qp
     if (dtype is not None or not behaved_float(x)
             or type(ddof) is not int or type(keepdims) is not bool):
@@ -247,34 +229,20 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     run_forward(xa, None, None, None, mean, m2, None, reduced, MODE_STATS, 0.0, threads, False)
     count = cnp.PyArray_SIZE(mean)
     div = <double>(n - <Py_ssize_t>ddof)
-    mp = <double*>cnp.PyArray_DATA(mean)
     qp = <double*>cnp.PyArray_DATA(m2)
     divide_by(qp, div, count)
     if out is not None:
         # Into the caller's arrays: the mean first, then the variance (an
         # out that is both gets the variance, as copying them in would).
-        mean_out, var_out = (<tuple>out)[0], (<tuple>out)[1]
-        if t == cnp.NPY_FLOAT:
-            narrow_into(mean_out, mean)
-            narrow_into(var_out, m2)
-        else:
-            memcpy(cnp.PyArray_DATA(mean_out), mp, count * sizeof(double))
-            memcpy(cnp.PyArray_DATA(var_out), qp, count * sizeof(double))
-        return mean_out, var_out
+        return as_result(mean, t, (<tuple>out)[0]), as_result(m2, t, (<tuple>out)[1])
     if t == cnp.NPY_FLOAT:
-        mean_out = cnp.PyArray_EMPTY(out_ndim, kept, cnp.NPY_FLOAT, 0)
-        var_out = cnp.PyArray_EMPTY(out_ndim, kept, cnp.NPY_FLOAT, 0)
-        narrow_into(mean_out, mean)
-        narrow_into(var_out, m2)
+        mean_out = as_result(mean, t, cnp.PyArray_EMPTY(out_ndim, kept, t, 0))
+        var_out = as_result(m2, t, cnp.PyArray_EMPTY(out_ndim, kept, t, 0))
     else:
         if not keepdims:
             mean = cnp.PyArray_Reshape(mean, dims_tuple(out_ndim, kept))
             m2 = cnp.PyArray_Reshape(m2, dims_tuple(out_ndim, kept))
-        if t == cnp.NPY_DOUBLE:
-            mean_out, var_out = mean, m2
-        else:
-            mean_out = cnp.PyArray_Cast(mean, t)
-            var_out = cnp.PyArray_Cast(m2, t)
+        mean_out, var_out = as_result(mean, t, None), as_result(m2, t, None)
     if out_ndim == 0:
         return mean_out[()], var_out[()]     # NumPy scalars, as np.mean gives
     return mean_out, var_out
@@ -425,38 +393,6 @@ cdef inline bint param_out(object p, str name, int t, int ndim,
     return type(p) is cnp.ndarray and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>p)
 
 
-cdef object param_result(cnp.ndarray grad, int t, object p):
-    """A parameter gradient the kernel wrote (float64, C-contiguous, of the
-    parameter's named shape) as the general path delivers it: in type t,
-    each value rounded once (NumPy's astype), or copied into p (np.copyto),
-    with NumPy's warnings."""
-    cdef cnp.ndarray a
-    cdef const double* v = <const double*>cnp.PyArray_DATA(grad)
-    cdef Py_ssize_t i, n = cnp.PyArray_SIZE(grad), stride
-    if p is not None:
-        a = <cnp.ndarray>p
-        # One stride through every value: a vector, or C order.
-        if cnp.PyArray_NDIM(a) == 1:
-            stride = cnp.PyArray_STRIDE(a, 0)
-        elif cnp.PyArray_IS_C_CONTIGUOUS(a):
-            stride = cnp.PyArray_ITEMSIZE(a)
-        else:
-            stride = 0
-        if stride == 0 or not cnp.PyArray_ISALIGNED(a) or t == cnp.NPY_FLOAT16:
-            cnp.PyArray_CopyInto(a, grad)
-        elif t == cnp.NPY_DOUBLE:
-            for i in range(n):
-                (<double*>(<char*>cnp.PyArray_DATA(a) + i * stride))[0] = v[i]
-        elif not narrow(v, n, <char*>cnp.PyArray_DATA(a), stride):
-            cnp.PyArray_CopyInto(a, grad)
-        return p
-    if t == cnp.NPY_DOUBLE:
-        return grad
-    if t == cnp.NPY_FLOAT:
-        return stat_result(grad, t)
-    return cnp.PyArray_Cast(grad, t)
-
-
 def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
                        bint batch=False):
     """(dx, dgamma, dbeta) of layer_norm_backward (mode center, n_out 3) or
@@ -598,8 +534,8 @@ cdef object grad_call(cnp.ndarray dya, cnp.ndarray xa, object view, cnp.ndarray 
     run_backward(kdy, kx, kdx, g, m, r, dg, db, reduced, mode, threads, fresh,
                  PHASE_BOTH, None, None, 0.0)
     if n_out == 2:
-        return dx, param_result(dg, pt, outs[1])
-    return dx, param_result(dg, pt, outs[1]), param_result(db, pt, outs[2])
+        return dx, as_result(dg, pt, outs[1])
+    return dx, as_result(dg, pt, outs[1]), as_result(db, pt, outs[2])
 
 
 cdef int group_dims(cnp.ndarray xa, object num_groups, object channel_axis,
@@ -610,19 +546,11 @@ cdef int group_dims(cnp.ndarray xa, object num_groups, object channel_axis,
     the channel axis (channel_axis_of, groups_of: their errors), or -1
     for an x the fast path leaves to the general path (not C-contiguous,
     empty, of fewer than 2 dimensions or too many)."""
-    cdef int ndim = cnp.PyArray_NDIM(xa), ch, a
-    cdef Py_ssize_t groups, c
+    cdef int ndim = cnp.PyArray_NDIM(xa), a
     if (ndim < 2 or ndim >= MAX_DIMS or cnp.PyArray_SIZE(xa) == 0
             or not cnp.PyArray_IS_C_CONTIGUOUS(xa)):
         return -1
-    ch = channel_axis_of(ndim, channel_axis)
-    c = cnp.PyArray_DIM(xa, ch)
-    groups = groups_of(num_groups, c)
-    for a in range(ndim + 1):
-        vdims[a] = (cnp.PyArray_DIM(xa, a) if a < ch else groups if a == ch
-                    else c // groups if a == ch + 1 else cnp.PyArray_DIM(xa, a - 1))
-        kdims[a] = vdims[a] if a == 0 or a == ch else 1
-    return ch
+    return group_view(ndim, cnp.PyArray_DIMS(xa), num_groups, channel_axis, vdims, kdims)
 
 
 cdef inline tuple group_reduced(int vndim, int ch):
@@ -692,15 +620,6 @@ def fast_group_norm(x, num_groups, gamma, beta, channel_axis, eps, out, dtype, r
     group_stat_dims(ndim, ch, vdims, sdims)
     view = dims_tuple(ndim, sdims)
     return y, stat_result(s0.reshape(view), t), stat_result(s1.reshape(view), t)
-
-
-cdef void group_stat_dims(int ndim, int ch, const cnp.npy_intp* vdims,
-                          cnp.npy_intp* sdims) noexcept:
-    """group_norm's statistics' shape into sdims: (N, G, 1, ...) as x's,
-    the groups on the channel axis."""
-    cdef int a
-    for a in range(ndim):
-        sdims[a] = vdims[0] if a == 0 else vdims[ch] if a == ch else 1
 
 
 def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis, out):

@@ -25,8 +25,8 @@ cnp.import_array()
 
 include "forward.pxi"
 include "backward.pxi"
-include "rules.pxi"
 include "params.pxi"
+include "rules.pxi"
 include "fastcall.pxi"
 
 MODES = {"stats": MODE_STATS, "center": MODE_CENTER, "rms": MODE_RMS, "given": MODE_GIVEN}

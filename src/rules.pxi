@@ -245,12 +245,50 @@ cdef Py_ssize_t groups_of(object num_groups, Py_ssize_t channels) except -1:
     return g
 
 
+cdef int group_view(int ndim, const cnp.npy_intp* dims, object num_groups,
+                    object channel_axis, cnp.npy_intp* vdims, cnp.npy_intp* kdims) except -1:
+    """group_norm's view of an x of dims (at most 63 of them): its shape
+    with the channel axis split into (groups, channels per group), in
+    vdims (ndim + 1 of them), and its statistics' keepdims shape (1 but on
+    axis 0 and the groups') in kdims; the channel axis (channel_axis_of,
+    groups_of: their errors)."""
+    cdef int ch = channel_axis_of(ndim, channel_axis), a
+    cdef Py_ssize_t c = dims[ch], groups = groups_of(num_groups, c)
+    for a in range(ndim + 1):
+        vdims[a] = (dims[a] if a < ch else groups if a == ch
+                    else c // groups if a == ch + 1 else dims[a - 1])
+        kdims[a] = vdims[a] if a == 0 or a == ch else 1
+    return ch
+
+
+cdef void group_stat_dims(int ndim, int ch, const cnp.npy_intp* vdims,
+                          cnp.npy_intp* sdims) noexcept:
+    """group_norm's statistics' shape into sdims: (N, G, 1, ...) as x's,
+    the groups on the channel axis."""
+    cdef int a
+    for a in range(ndim):
+        sdims[a] = vdims[0] if a == 0 else vdims[ch] if a == ch else 1
+
+
 def channel_axis(int ndim, channel_axis):
     return channel_axis_of(ndim, channel_axis)
 
 
-def groups(num_groups, Py_ssize_t channels):
-    return groups_of(num_groups, channels)
+def groups_view(shape, num_groups, channel_axis):
+    """(channel axis, groups, the split view's shape, the statistics'
+    shape as returned) of group_view for an x of this shape."""
+    cdef cnp.npy_intp dims[64]
+    cdef cnp.npy_intp vdims[65]
+    cdef cnp.npy_intp kdims[65]
+    cdef cnp.npy_intp sdims[64]
+    cdef int i, ndim = len(shape), ch
+    if ndim > 63:
+        raise ValueError(f"group_norm takes x of at most 63 dimensions, got {ndim}")
+    for i in range(ndim):
+        dims[i] = shape[i]
+    ch = group_view(ndim, dims, num_groups, channel_axis, vdims, kdims)
+    group_stat_dims(ndim, ch, vdims, sdims)
+    return ch, vdims[ch], dims_tuple(ndim + 1, vdims), dims_tuple(ndim, sdims)
 
 
 # --------------------------------------------------------------------------
@@ -380,3 +418,48 @@ cdef bint writes_directly(cnp.ndarray out, cnp.ndarray x):
 def direct(cnp.ndarray out, cnp.ndarray x):
     """writes_directly."""
     return writes_directly(out, x)
+
+
+# --------------------------------------------------------------------------
+# results
+
+cdef object as_result(cnp.ndarray s, int t, object out):
+    """A float64 result the kernel wrote (C-contiguous) as the caller gets
+    it, in type t, each value rounded once as NumPy's cast rounds it (and
+    through that cast, with its warning, where float32 overflows): a new
+    array of s's shape (s itself for float64), or written into out, an
+    array of s's size that out_rule took (t its type), which comes back."""
+    cdef cnp.ndarray a, r
+    cdef const double* v = <const double*>cnp.PyArray_DATA(s)
+    cdef Py_ssize_t i, n = cnp.PyArray_SIZE(s), stride
+    if out is None:
+        if t == cnp.NPY_DOUBLE:
+            return s
+        if t == cnp.NPY_FLOAT:
+            r = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(s), cnp.PyArray_DIMS(s), cnp.NPY_FLOAT, 0)
+            if narrow(v, n, <char*>cnp.PyArray_DATA(r), sizeof(float)):
+                return r
+        return cnp.PyArray_Cast(s, t)
+    a = <cnp.ndarray>out
+    # One stride through every value: a vector, or C order.
+    if cnp.PyArray_NDIM(a) == 1:
+        stride = cnp.PyArray_STRIDE(a, 0)
+    elif cnp.PyArray_IS_C_CONTIGUOUS(a):
+        stride = cnp.PyArray_ITEMSIZE(a)
+    else:
+        stride = 0
+    if (stride == 0 or not cnp.PyArray_ISALIGNED(a) or not cnp.PyArray_ISNOTSWAPPED(a)
+            or not (t == cnp.NPY_DOUBLE or t == cnp.NPY_FLOAT)):
+        cnp.PyArray_CopyInto(a, (<object>s).reshape((<object>a).shape))
+    elif t == cnp.NPY_DOUBLE:
+        for i in range(n):
+            (<double*>(<char*>cnp.PyArray_DATA(a) + i * stride))[0] = v[i]
+    elif not narrow(v, n, <char*>cnp.PyArray_DATA(a), stride):
+        cnp.PyArray_CopyInto(a, (<object>s).reshape((<object>a).shape))
+    return out
+
+
+def result(s, dtype, out=None):
+    """as_result of a float64 array in dtype (out's own with out)."""
+    cdef cnp.ndarray a = np.asarray(s, dtype=np.float64, order="C")   # (0-d stays 0-d)
+    return as_result(a, (np.dtype(dtype) if out is None else out.dtype).num, out)

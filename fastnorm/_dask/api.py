@@ -24,7 +24,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .. import _api, _family
+from .. import _api, _family, _simd
 from . import tasks
 from .._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
                      result_dtypes, running_stat)
@@ -59,7 +59,8 @@ def mean_var(x, axis, ddof, keepdims, dtype, out, where=None):
         # would take computing the mask now).
         dof = da.maximum(selected_count(where, x, axes) - ddof, 0)
         results = mean, da.map_blocks(tasks.divide, states["m2"], dof, dtype=np.float64)
-    results = tuple(r.astype(res_dtype) for r in results)
+    results = tuple(r.map_blocks(_simd.kernels.result, res_dtype, dtype=res_dtype)
+                    for r in results)
     if not keepdims:
         results = tuple(r.squeeze(axis=axes) for r in results)
     return results

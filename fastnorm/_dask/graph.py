@@ -9,6 +9,7 @@ import dask.array as da
 import numpy as np
 
 from . import tasks
+from .. import _simd
 from .._args import param, result_dtypes, warn_empty
 from .args import aligned, lazy_array
 
@@ -139,7 +140,8 @@ def normalized(x, axes, mode, *, eps, gamma, beta, dtype, want_stats, whole_chun
 
 def stat_out(stat, x_dtype, dtype):
     """A float64 statistic in the dtype the NumPy path returns it in."""
-    return stat.astype(result_dtypes(x_dtype, dtype)[1])
+    dt = result_dtypes(x_dtype, dtype)[1]
+    return stat.map_blocks(_simd.kernels.result, dt, dtype=dt)
 
 
 def lazy_param(value, name, x, along):
