@@ -27,7 +27,7 @@
 from simd cimport *
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy
-from plan cimport (AHEAD_ROWS, FN_NV, FN_NVC, MASK_PIECE, MASK_PIECE_F64, ROW_ACCS,
+from plan cimport (AHEAD_ROWS, FN_NV, FN_NVC, MASK_PIECE, MASK_PIECE_F64, MASK_RUN_MIN,ROW_ACCS,
                    SIDE_ROW_VECTORS, STATS_AHEAD)
 from fetch cimport Ahead, ahead_lines, ahead_piece, ahead_steps, fetch_lines
 
@@ -329,16 +329,46 @@ cdef inline int mask_piece(const unsigned char* m, Py_ssize_t n) noexcept nogil:
     return 1 if unset == 0 else (2 if some != 0 else 0)
 
 
+cdef inline Py_ssize_t leading_run(const unsigned char* m, Py_ssize_t n,
+                                   bint selected) noexcept nogil:
+    """How many of the n bytes at m, from the first on, are set (selected)
+    or unset (not selected)."""
+    cdef uint64_t w
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        memcpy(&w, m + i, 8)
+        if (((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080) != 0
+                if selected else w != 0):
+            break
+        i = i + 8
+    while i < n and (m[i] != 0) == selected:
+        i = i + 1
+    return i
+
+
 cdef inline int next_piece(const unsigned char* m, Py_ssize_t n, Py_ssize_t piece, Py_ssize_t j,
                            Py_ssize_t* e) noexcept nogil:
     """The mask's n bytes at m read from j on, a piece at a time: the kind of
-    what starts at j (mask_piece's) and its end in e: a stretch of whole
-    pieces every byte of which is set, or one piece."""
+    what starts at j (mask_piece's) and its end in e: a stretch of set
+    bytes (whole pieces, and the set head of the piece after them), a run
+    of MASK_RUN_MIN bytes or more that a mixed piece starts with (1 set,
+    0 unset), or one piece."""
     cdef int k = mask_piece(m + j, min(piece, n - j))
+    cdef Py_ssize_t run
+    cdef uint64_t w
     e[0] = j + min(piece, n - j)
     if k == 1:
         while e[0] < n and mask_piece(m + e[0], min(piece, n - e[0])) == 1:
             e[0] = e[0] + min(piece, n - e[0])
+        e[0] = e[0] + leading_run(m + e[0], min(piece, n - e[0]), True)
+    elif k == 2 and e[0] - j >= MASK_RUN_MIN:
+        # (a first word of mixed bytes starts no run: no count)
+        memcpy(&w, m + j, 8)
+        if w == 0 or ((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080) == 0:
+            run = leading_run(m + j, e[0] - j, m[j] != 0)
+            if run >= MASK_RUN_MIN:
+                e[0] = j + run
+                k = 1 if m[j] else 0
     return k
 
 

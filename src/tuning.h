@@ -94,6 +94,10 @@ static fn_tuning_t fn_tuning;
  * float64 data: 64, 6 bits), each piece one merge. */
 #define FN_MASK_PIECE 256
 #define FN_MASK_PIECE_F64 64
+/* ...and a piece that starts with this many values or more selected (or
+ * left out) takes that run as a stretch of its own (or skips it): the
+ * edges of padding go to the ordinary loops, not lane by lane. */
+#define FN_MASK_RUN_MIN 64
 /* Rows of float16/float32 column sums before they go into moments: a
  * segment's rounding grows with its length squared. */
 #define FN_SUM_ROWS 4096
