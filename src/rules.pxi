@@ -6,6 +6,9 @@
 import operator
 from numpy.exceptions import AxisError
 
+cdef extern from "Python.h":
+    long PyLong_AsLongAndOverflow(object v, int* overflow) except? -1
+
 
 # --------------------------------------------------------------------------
 # dtypes
@@ -69,22 +72,23 @@ cdef inline unsigned long long every_axis(int ndim) noexcept:
     return (1ULL << ndim) - 1 if ndim < 64 else ~0ULL
 
 
-cdef Py_ssize_t axis_index(object item, int ndim, object axis) except -1:
+cdef inline Py_ssize_t axis_index(object item, int ndim, object axis) except -1:
     """item as an axis of ndim dimensions, in [0, ndim).  NumPy's errors:
     AxisError out of range, TypeError for what is not an integer (bool
     included, which operator.index would take)."""
-    cdef Py_ssize_t i
+    cdef long i
+    cdef int overflow = 0
     if type(item) is not int:
         if isinstance(item, bool):
             raise TypeError(f"an integer is required for the axis, not bool ({axis!r})")
         item = operator.index(item)
-    if not -ndim <= item < ndim:
+    i = PyLong_AsLongAndOverflow(item, &overflow)
+    if overflow or not -ndim <= i < ndim:
         raise AxisError(item, ndim)
-    i = item
     return i + ndim if i < 0 else i
 
 
-cdef int axes_bits(object axis, int ndim, unsigned long long* bits) except -1:
+cdef inline int axes_bits(object axis, int ndim, unsigned long long* bits) except -1:
     """The axes axis names over ndim dimensions, as bits: None for every
     axis; an integer, or a tuple or list of them, in any order and sign;
     axis_index's errors, ValueError for an axis named twice."""
@@ -128,7 +132,7 @@ cdef tuple BUT_AXIS_1 = tuple(tuple(a != 1 for a in range(n)) for n in range(MAX
 cdef tuple AXIS_1 = tuple(tuple(a == 1 for a in range(n)) for n in range(MAX_DIMS + 1))
 
 
-cdef tuple bits_flags(unsigned long long bits, int ndim):
+cdef inline tuple bits_flags(unsigned long long bits, int ndim):
     """The axes of bits as the kernels' reduced-axis flags."""
     if ndim <= MAX_DIMS:
         if bits == 1ULL << (ndim - 1):
@@ -158,7 +162,7 @@ def batch_axes(axis, int ndim, what="batch_norm"):
 # --------------------------------------------------------------------------
 # scalars
 
-cdef double real_of(object v, str name) except? -1.0:
+cdef inline double real_of(object v, str name) except? -1.0:
     """v as a double: a real number (what float() takes)."""
     if type(v) is float:
         return v
@@ -168,7 +172,7 @@ cdef double real_of(object v, str name) except? -1.0:
         raise TypeError(f"{name} must be a real number, got {v!r}") from err
 
 
-cdef double eps_of(object eps) except? -1.0:
+cdef inline double eps_of(object eps) except? -1.0:
     """eps as a double: a real number, finite and >= 0."""
     cdef double e = real_of(eps, "eps")
     if not (isfinite(e) and e >= 0.0):
@@ -308,7 +312,8 @@ cdef tuple dims_tuple(int ndim, const cnp.npy_intp* dims):
     return tuple([dims[a] for a in range(ndim)])
 
 
-cdef int out_rule(object out, str name, int ndim, const cnp.npy_intp* dims, int t) except -1:
+cdef inline int out_rule(object out, str name, int ndim, const cnp.npy_intp* dims,
+                         int t) except -1:
     """out= for one result: an ndarray of exactly these dims and of type t
     in either byte order (a non-native one is written through a
     temporary), writable."""
@@ -350,7 +355,7 @@ cdef inline void span(cnp.ndarray a, char** lo, char** hi) noexcept:
             hi[0] += e
 
 
-cdef bint overlap(cnp.ndarray a, cnp.ndarray b):
+cdef inline bint overlap(cnp.ndarray a, cnp.ndarray b):
     """Whether the memory spans of a and b overlap (NumPy's
     may_share_memory: a conservative bound)."""
     cdef char* alo
@@ -364,17 +369,22 @@ cdef bint overlap(cnp.ndarray a, cnp.ndarray b):
     return alo < bhi + cnp.PyArray_ITEMSIZE(b) and blo < ahi + cnp.PyArray_ITEMSIZE(a)
 
 
-cdef bint self_overlaps(cnp.ndarray a):
+cdef inline bint self_overlaps(cnp.ndarray a):
     """Whether two elements of a may share an address (as_strided views,
     writable zero strides).  Conservative: false is certain, true may be a
-    layout that interleaves without overlapping.  Each axis, in order of
-    stride, must step past the whole extent of the axes inside it."""
+    layout that interleaves without overlapping."""
+    if cnp.PyArray_IS_C_CONTIGUOUS(a) or cnp.PyArray_IS_F_CONTIGUOUS(a):
+        return False
+    return strides_overlap(a)
+
+
+cdef bint strides_overlap(cnp.ndarray a):
+    """self_overlaps for other layouts: each axis, in order of stride, must
+    step past the whole extent of the axes inside it."""
     cdef Py_ssize_t strides[64]
     cdef Py_ssize_t sizes[64]
     cdef Py_ssize_t extent = cnp.PyArray_ITEMSIZE(a), s, n
     cdef int i, j, k = 0
-    if cnp.PyArray_IS_C_CONTIGUOUS(a) or cnp.PyArray_IS_F_CONTIGUOUS(a):
-        return False
     for i in range(cnp.PyArray_NDIM(a)):
         n = cnp.PyArray_DIM(a, i)
         if n > 1:
@@ -395,7 +405,7 @@ cdef bint self_overlaps(cnp.ndarray a):
     return False
 
 
-cdef bint writes_directly(cnp.ndarray out, cnp.ndarray x):
+cdef inline bint writes_directly(cnp.ndarray out, cnp.ndarray x):
     """Whether a kernel writes its result into out where it is, out being
     a result of x's shape that out_rule took: native and aligned, no two
     elements at one address (the kernel's threads would race), and apart
