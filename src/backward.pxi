@@ -1170,19 +1170,10 @@ cdef inline void cols_scale(const Grad* g, Py_ssize_t si, double a, double bb,
                             double n) noexcept nogil:
     """Column si's coefficients of pass 2 from its slice's A and B (n: with
     where=, its count; a column with none writes no dx)."""
-    cdef Py_ssize_t ns = g.sstride
     cdef double inv_n = g.inv_n
     if g.L.base[OP_M] != NULL:
         inv_n = 1.0 / n if n > 0.0 else 0.0
-    if g.mode == GRAD_CENTER:
-        g.sums[si] = a * inv_n
-        g.sums[ns + si] = bb * inv_n
-    elif g.mode == GRAD_RMS:
-        g.sums[si] = 0.0
-        g.sums[ns + si] = bb * inv_n
-    else:
-        g.sums[si] = 0.0
-        g.sums[ns + si] = 0.0
+    grad_ab(g.mode, inv_n, a, bb, &g.sums[si], &g.sums[g.sstride + si])
 
 
 cdef inline int cols_coefs(const Grad* g, Py_ssize_t si, ct* base) noexcept nogil:
