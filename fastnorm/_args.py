@@ -172,9 +172,12 @@ def param(value, name, x_shape, along, x_name="x"):
     if value is None:
         return None
     named, keep = _param_shapes(tuple(x_shape), tuple(along))
-    if type(value) is np.ndarray and value.shape == named and value.dtype in _NATIVE_FLOATS:
-        # The common case: a float vector of the named shape.
-        return float64_param(value, keep)
+    if type(value) is np.ndarray and value.shape == named:
+        # The common case, a float array of the named shape: the small
+        # calls' conversion (False for any other array).
+        p = _rules.param_named(value, reduced_mask(tuple(along), len(x_shape)), tuple(x_shape))
+        if p is not False:
+            return p
     a = np.asarray(value)
     if a.dtype.kind not in "fiub":
         raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")

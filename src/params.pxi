@@ -79,18 +79,18 @@ cpdef bint update_running(cnp.ndarray rm, cnp.ndarray rv, cnp.ndarray mean,
     return True
 
 
-def row_f64(cnp.ndarray p, int ndim):
-    """p, an aligned 1-d float16/float32 array of native byte order, as
-    param_f64 gives it for the last axis of an ndim-dimensional x: a new
-    float64 array of shape (1, ..., 1, p.size)."""
+def param_named(p, tuple along, shape):
+    """param_f64 for an x of this shape (along: its flags, one an axis):
+    the gain or bias as the kernels take it, or False where p is not a
+    float ndarray of native byte order and the named shape."""
     fn_clean_upper()
     cdef cnp.npy_intp dims[MAX_DIMS]
-    cdef int a
-    if p.ndim != 1 or type_code(p) == 2 or not 1 <= ndim <= MAX_DIMS:
-        raise ValueError("row_f64 takes a 1-d float16 or float32 array and 1 to 64 dimensions")
+    cdef int a, ndim = len(shape)
+    if ndim > MAX_DIMS or len(along) != ndim:
+        raise ValueError(f"param_named takes up to {MAX_DIMS} dimensions and a flag each")
     for a in range(ndim):
-        dims[a] = p.shape[0]
-    return param_f64(p, tuple([a == ndim - 1 for a in range(ndim)]), dims)
+        dims[a] = shape[a]
+    return param_f64(p, along, dims)
 
 
 cdef object param_f64(object p, tuple along, const cnp.npy_intp* dims):

@@ -85,22 +85,32 @@ def _laid_out(p, layout):
     return p
 
 
-def test_row_f64_widens_float16_and_float32(simd_level):
-    # The fast path's widening of gain and bias, against NumPy's.
+def _last_axis(n, ndim):
+    return tuple(a == ndim - 1 for a in range(ndim)), (n,) * ndim
+
+
+def test_param_named_widens_float16_32_and_64(simd_level):
+    # The widening of gain and bias of the named shape (both paths'),
+    # against NumPy's: a new C-contiguous float64 array in keepdims layout.
     rng = np.random.default_rng(11)
-    for dtype in (np.float16, np.float32):
+    for dtype in (np.float16, np.float32, np.float64):
         for n, ndim in ((1, 1), (7, 2), (768, 4)):
             p = (rng.standard_normal(n) * 100).astype(dtype)
             for layout in ("C", "reversed", "every other"):
                 q = _laid_out(p, layout)
-                w = _simd.kernels.row_f64(q, ndim)
+                w = _simd.kernels.param_named(q, *_last_axis(n, ndim))
                 assert w.shape == (1,) * (ndim - 1) + (n,), w.shape
                 assert w.dtype == np.float64 and w.flags.c_contiguous
+                assert not np.shares_memory(w, q)
                 assert_bitwise(w.ravel(), q.astype(np.float64), f"{dtype.__name__} {layout}")
-    for bad, ndim in ((np.ones(3), 1), (np.ones((2, 3), np.float32), 2),
-                      (np.ones(3, np.float32), 0), (np.ones(3, np.float32), 65)):
-        with pytest.raises(ValueError):
-            _simd.kernels.row_f64(bad, ndim)
+    # Other arrays are not its: False (the general path converts or refuses them).
+    for other in (np.ones((2, 3), np.float32), np.ones(3, ">f4"), np.ones(3, int),
+                  np.ones(4, np.float32)):
+        assert _simd.kernels.param_named(other, *_last_axis(3, 2)) is False
+    with pytest.raises(ValueError):
+        _simd.kernels.param_named(np.ones(3, np.float32), *_last_axis(3, 65))
+    with pytest.raises(ValueError):
+        _simd.kernels.param_named(np.ones(3, np.float32), (True,), (3, 3))
 
 
 def _ref_gamma(p):

@@ -1,7 +1,7 @@
 """Parameters in every form a call accepts: gain and bias in the named shape
 or keepdims layout (broadcasting along their own axes), and of float16 or
 float32, widened to the float64 the kernels read (kernels.as_float64 and
-row_f64): arrays of 64 KiB of float64 or more live in the kernels' kept
+param_named): arrays of 64 KiB of float64 or more live in the kernels' kept
 scratch blocks, smaller ones in NumPy's memory.  Both sides of that bound,
 any strides, and the blocks' lifetimes: a block lent to a live array is
 never handed to anything else.  (Parameters of the wrong shape:
@@ -63,10 +63,10 @@ def test_widened_arrays_own_their_memory_while_alive(n):
     assert len(set(ptrs)) == len(ptrs)
 
 
-def test_row_f64_large_row():
+def test_param_named_large_row():
     k = _kernels()
     p = np.random.default_rng(3).standard_normal(2 * KEPT_MIN_VALUES).astype(np.float32)
-    got = k.row_f64(p, 3)
+    got = k.param_named(p, (False, False, True), (1, 1, p.size))
     assert got.shape == (1, 1, p.size) and got.dtype == np.float64
     np.testing.assert_array_equal(got.reshape(-1), p.astype(np.float64))
 
@@ -87,7 +87,7 @@ def test_layer_norm_over_two_axes_with_large_float_params(dtype):
 
 def test_fast_path_with_long_float32_rows():
     # The last axis alone, a 1-d float32 gain of 2 * KEPT_MIN_VALUES values:
-    # the fast path widens it with row_f64 into a kept block.
+    # the fast path widens it with param_named into a kept block.
     rng = np.random.default_rng(5)
     n = 2 * KEPT_MIN_VALUES
     x = rng.standard_normal((3, n)).astype(np.float32)
