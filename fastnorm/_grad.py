@@ -68,18 +68,11 @@ def _selected(dy, x, where):
 
 
 def _stat(value, name, x_shape, axes):
-    """A statistic from the forward: keepdims layout, or the kept shape."""
-    a = np.asarray(value)
-    if a.dtype.kind not in "fiu":
-        raise TypeError(f"{name} has dtype {a.dtype}; it must hold real numbers")
-    keep = keepdims_shape(x_shape, axes)
-    kept = tuple(s for i, s in enumerate(x_shape) if i not in axes)
-    if a.shape == kept:
-        a = a.reshape(keep)
-    if a.shape != keep:
-        raise ValueError(f"{name} has shape {a.shape}; expected {keep} (as the forward "
-                         f"returned it) or {kept}")
-    return kernel_operand(a)
+    """A statistic from the forward (the kernels' stat_operand): keepdims
+    layout, or the kept shape."""
+    return _simd.kernels.stat_operand_of(
+        value, name, keepdims_shape(x_shape, axes),
+        tuple(s for i, s in enumerate(x_shape) if i not in axes))
 
 
 def _gamma(gamma, name, x_shape, along):
@@ -210,10 +203,9 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=-1, out=None, whe
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
     pdt = param_grad_dtype(gdt, x.dtype)
+    m, r = _stat(mean, "mean", x.shape, axes), _stat(rstd, "rstd", x.shape, axes)
     outs = _outs(out, 3, x, shape, pdt)
-    dx, dg, db = backward(dy, x, axes, _stat(mean, "mean", x.shape, axes),
-                          _stat(rstd, "rstd", x.shape, axes), g, "center", outs[0],
-                          **sel.grad_args(x))
+    dx, dg, db = backward(dy, x, axes, m, r, g, "center", outs[0], **sel.grad_args(x))
     return (sel.grad_dx(dx, outs[0]), _param_grad(dg, shape, pdt, outs[1]),
             _param_grad(db, shape, pdt, outs[2]))
 
@@ -296,8 +288,8 @@ def rms_norm_backward(dy, x, rstd, gamma=None, *, axis=-1, out=None, where=None)
     axes = axes_tuple(axis, x.ndim)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, axes)
     pdt = param_grad_dtype(gdt, x.dtype)
-    outs = _outs(out, 2, x, shape, pdt)
     r = _stat(rstd, "rstd", x.shape, axes)
+    outs = _outs(out, 2, x, shape, pdt)
     dx, dg, _ = backward(dy, x, axes, np.zeros_like(r), r, g, "rms", outs[0],
                          **sel.grad_args(x))
     return sel.grad_dx(dx, outs[0]), _param_grad(dg, shape, pdt, outs[1])
@@ -389,10 +381,10 @@ def batch_norm_backward(dy, x, mean, rstd, gamma=None, *, axis=None, training=Tr
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     g, shape, gdt = _gamma(gamma, "gamma", x.shape, kept)
     pdt = param_grad_dtype(gdt, x.dtype)
+    m, r = _stat(mean, "mean", x.shape, axes), _stat(rstd, "rstd", x.shape, axes)
     outs = _outs(out, 3, x, shape, pdt)
-    dx, dg, db = backward(dy, x, axes, _stat(mean, "mean", x.shape, axes),
-                          _stat(rstd, "rstd", x.shape, axes), g,
-                          "center" if training else "scale", outs[0], **sel.grad_args(x))
+    dx, dg, db = backward(dy, x, axes, m, r, g, "center" if training else "scale", outs[0],
+                          **sel.grad_args(x))
     return (sel.grad_dx(dx, outs[0]), _param_grad(dg, shape, pdt, outs[1]),
             _param_grad(db, shape, pdt, outs[2]))
 
@@ -479,12 +471,9 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
     vx, vdy = grp.split(x), grp.split(dy)
     axes = grp.reduced
 
-    def stat(value, name):
-        a = np.asarray(value)
-        if a.shape != grp.stat_shape:
-            raise ValueError(f"{name} has shape {a.shape}; expected {grp.stat_shape} "
-                             "(as group_norm returned it)")
-        return _stat(a.reshape(keepdims_shape(vx.shape, axes)), name, vx.shape, axes)
+    def stat(value, name):      # (the kernels' stat_operand, as group_norm returned it)
+        return _simd.kernels.stat_operand_of(value, name, grp.stat_shape, grp.stat_shape
+                                             ).reshape(keepdims_shape(vx.shape, axes))
 
     gdt = None
     c = (grp.channels,)
@@ -493,15 +482,15 @@ def group_norm_backward(dy, x, mean, rstd, num_groups, gamma=None, *, channel_ax
         gdt = a.dtype if a.dtype.kind == "f" else None
         c = a.shape  # (C,) or keepdims layout: the gradients come back alike
     pdt = param_grad_dtype(gdt, x.dtype)
-    outs = _outs(out, 3, x, c, pdt)
     if gamma is None:
         g = np.ones(keepdims_shape(vx.shape, tuple(i for i in range(vx.ndim)
                                                    if i not in (grp.axis, grp.axis + 1))))
     else:
         g = kernel_operand(grp.channel_param(gamma, "gamma"))
+    m, r = stat(mean, "mean"), stat(rstd, "rstd")
+    outs = _outs(out, 3, x, c, pdt)
     dx_out = None if outs[0] is None else grp.split(outs[0])
-    dx, dg, db = backward(vdy, vx, axes, stat(mean, "mean"), stat(rstd, "rstd"), g, "center",
-                      dx_out)
+    dx, dg, db = backward(vdy, vx, axes, m, r, g, "center", dx_out)
     dx = dx.reshape(x.shape) if outs[0] is None else outs[0]
     # Per channel in x's keepdims layout, so that a gamma of one value for
     # every channel ((1, 1, 1, 1)) gets their sum.

@@ -357,30 +357,6 @@ def fast_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
     return y
 
 
-cdef object stat_f64(object a, int ndim, const cnp.npy_intp* keep, int n_kept,
-                     const cnp.npy_intp* kept):
-    """A statistic from the forward as the gradient kernels read it
-    (C-contiguous float64 of the keepdims shape `keep`, ndim dimensions),
-    or None: a float ndarray of that shape or of the kept one (`kept`,
-    n_kept dimensions: the same values in C order)."""
-    cdef cnp.ndarray s
-    cdef int t
-    if type(a) is not cnp.ndarray:
-        return None
-    s = <cnp.ndarray>a
-    t = cnp.PyArray_TYPE(s)
-    if not (t == cnp.NPY_FLOAT16 or t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE):
-        return None
-    if not (same_dims(s, ndim, keep) or same_dims(s, n_kept, kept)):
-        return None
-    if not (t == cnp.NPY_DOUBLE and cnp.PyArray_IS_C_CONTIGUOUS(s)
-            and cnp.PyArray_ISALIGNED(s) and cnp.PyArray_ISNOTSWAPPED(s)):
-        s = as_float64(s)
-    if cnp.PyArray_NDIM(s) == ndim:
-        return s
-    return cnp.PyArray_Reshape(s, dims_tuple(ndim, keep))
-
-
 cdef inline bint param_out(object p, str name, int t, int ndim,
                            const cnp.npy_intp* dims) except -1:
     """Whether the fast path writes a parameter gradient of type t and these
@@ -442,14 +418,6 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
         if along[i]:
             gkeep[i] = named[n_named] = cnp.PyArray_DIM(xa, i)
             n_named += 1
-    r = stat_f64(rstd, ndim, keep, n_kept, kept)
-    if r is None:
-        return None
-    m = None
-    if mode != GRAD_RMS:
-        m = stat_f64(mean, ndim, keep, n_kept, kept)
-        if m is None:
-            return None
     if gamma is None:
         g = unit_gain(ndim, gkeep)
     else:
@@ -457,6 +425,10 @@ def fast_norm_backward(int mode, dy, x, mean, rstd, gamma, axis, out, int n_out,
         if gv is None or gv is False:
             return None
         g = gv
+    m = None
+    if mode != GRAD_RMS:
+        m = stat_operand(mean, "mean", ndim, keep, n_kept, kept)
+    r = stat_operand(rstd, "rstd", ndim, keep, n_kept, kept)
     if m is None:
         m = cnp.PyArray_ZEROS(ndim, keep, cnp.NPY_DOUBLE, 0)
     return grad_call(dya, xa, None, g, m, r, param_grad_type(gamma, xa), out, n_out, reduced,
@@ -651,13 +623,6 @@ def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis,
     for a in range(ndim + 1):
         gkeep[a] = vdims[a] if a == ch or a == ch + 1 else 1
     group_stat_dims(ndim, ch, vdims, sdims)
-    sv = stat_f64(rstd, ndim, sdims, ndim, sdims)
-    mv = stat_f64(mean, ndim, sdims, ndim, sdims)
-    if sv is None or mv is None:
-        return None
-    view = dims_tuple(ndim + 1, kdims)
-    r = sv.reshape(view)
-    m = mv.reshape(view)
     c = vdims[ch] * vdims[ch + 1]
     if gamma is None:
         g = unit_gain(ndim + 1, gkeep)
@@ -666,5 +631,8 @@ def fast_group_norm_backward(dy, x, mean, rstd, num_groups, gamma, channel_axis,
         if gv is False:
             return None
         g = gv
+    view = dims_tuple(ndim + 1, kdims)
+    m = stat_operand(mean, "mean", ndim, sdims, ndim, sdims).reshape(view)
+    r = stat_operand(rstd, "rstd", ndim, sdims, ndim, sdims).reshape(view)
     return grad_call(dya, xa, dims_tuple(ndim + 1, vdims), g, m, r, param_grad_type(gamma, xa),
                      out, 3, group_reduced(ndim + 1, ch), GRAD_CENTER, 1, &c, False)

@@ -431,6 +431,48 @@ def direct(cnp.ndarray out, cnp.ndarray x):
 
 
 # --------------------------------------------------------------------------
+# statistics given back (the gradients')
+
+cdef object stat_operand(object value, str name, int ndim, const cnp.npy_intp* keep,
+                         int n_kept, const cnp.npy_intp* kept):
+    """A statistic the forward returned, as the gradient kernels read it: a
+    C-contiguous float64 array of the keepdims shape `keep` (ndim dims).
+    It must hold real numbers, in that shape or the kept one (`kept`, n_kept
+    dims: the same values in C order)."""
+    cdef cnp.ndarray s = value if type(value) is cnp.ndarray else np.asarray(value)
+    cdef int t = cnp.PyArray_TYPE(s)
+    if not (cnp.PyArray_ISFLOAT(s) or cnp.PyArray_ISINTEGER(s)):
+        raise TypeError(f"{name} has dtype {s.dtype}; it must hold real numbers")
+    if not (same_dims(s, ndim, keep) or same_dims(s, n_kept, kept)):
+        if n_kept == ndim and dims_tuple(ndim, keep) == dims_tuple(n_kept, kept):
+            raise ValueError(f"{name} has shape {(<object>s).shape}; expected "
+                             f"{dims_tuple(ndim, keep)} (as the forward returned it)")
+        raise ValueError(f"{name} has shape {(<object>s).shape}; expected "
+                         f"{dims_tuple(ndim, keep)} (as the forward returned it) or "
+                         f"{dims_tuple(n_kept, kept)}")
+    if not (t == cnp.NPY_DOUBLE and cnp.PyArray_IS_C_CONTIGUOUS(s)
+            and cnp.PyArray_ISALIGNED(s) and cnp.PyArray_ISNOTSWAPPED(s)):
+        s = as_float64(s)
+    if cnp.PyArray_NDIM(s) == ndim:
+        return s
+    return cnp.PyArray_Reshape(s, dims_tuple(ndim, keep))
+
+
+def stat_operand_of(value, str name, keep, kept):
+    """stat_operand for shapes given as tuples."""
+    cdef cnp.npy_intp k[64]
+    cdef cnp.npy_intp d[64]
+    cdef int i
+    if len(keep) > 64 or len(kept) > 64:
+        raise ValueError(f"{name}: more than 64 dimensions")
+    for i in range(len(keep)):
+        k[i] = keep[i]
+    for i in range(len(kept)):
+        d[i] = kept[i]
+    return stat_operand(value, name, len(keep), k, len(kept), d)
+
+
+# --------------------------------------------------------------------------
 # results
 
 cdef object as_result(cnp.ndarray s, int t, object out):
