@@ -25,8 +25,6 @@ from ._explain import copied
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _F64 = np.dtype(np.float64)
-_F32 = np.dtype(np.float32)
-_NATIVE_FLOATS = frozenset(FLOAT_DTYPES)
 
 # Shape and axis bookkeeping depends only on (shape, axis); a training loop
 # asks the same questions every step, so the answers are kept.

@@ -518,7 +518,7 @@ cdef int group_dims(cnp.ndarray xa, object num_groups, object channel_axis,
     the channel axis (channel_axis_of, groups_of: their errors), or -1
     for an x the fast path leaves to the general path (not C-contiguous,
     empty, of fewer than 2 dimensions or too many)."""
-    cdef int ndim = cnp.PyArray_NDIM(xa), a
+    cdef int ndim = cnp.PyArray_NDIM(xa)
     if (ndim < 2 or ndim >= MAX_DIMS or cnp.PyArray_SIZE(xa) == 0
             or not cnp.PyArray_IS_C_CONTIGUOUS(xa)):
         return -1

@@ -27,7 +27,7 @@
 from simd cimport *
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy
-from plan cimport (AHEAD_ROWS, FN_NV, FN_NVC, MASK_PIECE, MASK_PIECE_F64, MASK_RUN_MIN,ROW_ACCS,
+from plan cimport (AHEAD_ROWS, FN_NV, FN_NVC, MASK_PIECE, MASK_PIECE_F64, MASK_RUN_MIN, ROW_ACCS,
                    SIDE_ROW_VECTORS, STATS_AHEAD)
 from fetch cimport Ahead, ahead_lines, ahead_piece, ahead_steps, fetch_lines
 
@@ -312,6 +312,11 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
 # elsewhere, whatever x holds there): shifted sums about the piece's first
 # selected value, one merge a piece.
 
+cdef inline bint zero_byte(uint64_t w) noexcept nogil:
+    """Whether a byte of w is 0 (the classic test: its high bit survives)."""
+    return ((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080) != 0
+
+
 cdef inline int mask_piece(const unsigned char* m, Py_ssize_t n) noexcept nogil:
     """Of the n > 0 bytes at m: 0 none set, 1 every one set, 2 some."""
     cdef uint64_t w, some = 0, unset = 0
@@ -319,8 +324,7 @@ cdef inline int mask_piece(const unsigned char* m, Py_ssize_t n) noexcept nogil:
     while i + 8 <= n:
         memcpy(&w, m + i, 8)
         some = some | w
-        # a byte of w is 0 (the classic test: its high bit survives)
-        unset = unset | ((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080)
+        unset = unset | zero_byte(w)
         i = i + 8
     while i < n:
         some = some | m[i]
@@ -337,8 +341,7 @@ cdef inline Py_ssize_t leading_run(const unsigned char* m, Py_ssize_t n,
     cdef Py_ssize_t i = 0
     while i + 8 <= n:
         memcpy(&w, m + i, 8)
-        if (((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080) != 0
-                if selected else w != 0):
+        if zero_byte(w) if selected else w != 0:
             break
         i = i + 8
     while i < n and (m[i] != 0) == selected:
@@ -364,7 +367,7 @@ cdef inline int next_piece(const unsigned char* m, Py_ssize_t n, Py_ssize_t piec
     elif k == 2 and e[0] - j >= MASK_RUN_MIN:
         # (a first word of mixed bytes starts no run: no count)
         memcpy(&w, m + j, 8)
-        if w == 0 or ((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080) == 0:
+        if w == 0 or not zero_byte(w):
             run = leading_run(m + j, e[0] - j, m[j] != 0)
             if run >= MASK_RUN_MIN:
                 e[0] = j + run
@@ -390,8 +393,8 @@ cdef inline Py_ssize_t next_stretch(const unsigned char* m, Py_ssize_t sm, Py_ss
     if sm == 1:
         while e[0] + 8 <= n:
             memcpy(&w, m + e[0], 8)
-            if (w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080:
-                break           # a byte of w is 0
+            if zero_byte(w):
+                break
             e[0] = e[0] + 8
     while e[0] < n and m[e[0] * sm]:
         e[0] = e[0] + 1
