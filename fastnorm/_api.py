@@ -137,14 +137,9 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
     else:
         n = np.empty(keepdims_shape(x.shape, axes))
         s0, m2, _ = forward(x, axes, "stats", where=where, count=n)
-    dof = np.maximum(n - ddof, 0)
-    if np.all(dof > 0):
-        var = np.divide(m2, dof, out=m2)     # m2 is ours: no second array
-    else:
-        if x.size > 0:
-            warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            var = np.divide(m2, dof, out=m2)
+    if x.size > 0 and not np.all(np.asarray(n) - ddof > 0):
+        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
+    var = _simd.kernels.variance(m2, n, ddof, overwrite=True)   # m2 is ours: no second array
     empty = None if where is None or not inp.masked else (n == 0).reshape(shape)
     results = []
     for stat, o in zip((s0, var), out):

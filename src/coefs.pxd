@@ -78,6 +78,33 @@ cdef inline void rstds(double* v, Py_ssize_t n, double eps) noexcept nogil:
         i = i + 1
 
 
+cdef inline double stats_mean(double mean, double m2) noexcept nogil:
+    """The mean a slice's statistics give, with this M2 (or variance): NaN
+    where M2 is NaN (an inf
+    that is a slice's last update leaves its mean inf; the variance is NaN
+    either way, and so is the mean then: where the inf falls must not
+    matter)."""
+    return NAN if m2 != m2 else mean
+
+
+cdef inline void variances(double* q, const double* n, Py_ssize_t n_step, double ddof,
+                           Py_ssize_t count) noexcept nogil:
+    """mean_var's variance M2 / max(n - ddof, 0) of count slices' M2 in
+    place, n[i * n_step] the count of slice i (n_step 0: one count for all,
+    a vector at a time); the same correctly rounded division as NumPy's.  A
+    slice without degrees of freedom gets inf or NaN."""
+    cdef Py_ssize_t i = 0
+    cdef fn_vd d
+    if n_step == 0:
+        d = fn_set1(max(n[0] - ddof, 0.0))
+        while i + FN_W <= count:
+            fn_store_f64(q + i, fn_div(fn_load_f64(q + i), d))
+            i = i + FN_W
+    while i < count:
+        q[i] = q[i] / max(n[i * n_step] - ddof, 0.0)
+        i = i + 1
+
+
 cdef inline Coef record(Moments m, double pivot, int mode, const Layout* L, Py_ssize_t off,
                         double scale) noexcept nogil:
     """Write a slice's statistics to the stat arrays at byte offset off
@@ -101,17 +128,10 @@ cdef inline Coef record_var(Moments m, double pivot, int mode, const Layout* L,
             c.shift = 0.0
         return c
     if mode == MODE_STATS:
-        # An inf that is a slice's last update leaves its mean inf; the
-        # variance is NaN either way, and so is the mean then (where the inf
-        # falls must not matter).
-        if m.m2 != m.m2:
-            mean = NAN
-        (<double*>(L.stat[0] + off))[0] = mean
+        (<double*>(L.stat[0] + off))[0] = stats_mean(mean, m.m2)
         (<double*>(L.stat[1] + off))[0] = m.m2
     elif mode == MODE_CENTER:
-        if var != var:
-            mean = NAN
-        (<double*>(L.stat[0] + off))[0] = mean
+        (<double*>(L.stat[0] + off))[0] = stats_mean(mean, var)
         (<double*>(L.stat[1] + off))[0] = scale
         if L.stat[2] != NULL:
             (<double*>(L.stat[2] + off))[0] = var

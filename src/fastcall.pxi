@@ -159,18 +159,6 @@ cdef bint result_array(object o, str name, int ndim, const cnp.npy_intp* dims,
             and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>o))
 
 
-cdef void divide_by(double* q, double div, Py_ssize_t n) noexcept nogil:
-    """q[i] / div in place, a vector at a time (the same division)."""
-    cdef Py_ssize_t i = 0
-    cdef fn_vd d = fn_set1(div)
-    while i + FN_W <= n:
-        fn_store_f64(q + i, fn_div(fn_load_f64(q + i), d))
-        i = i + FN_W
-    while i < n:
-        q[i] = q[i] / div
-        i = i + 1
-
-
 def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     """(mean, var) over any axes as mean_var returns them (dtype None;
     out None or two float32/float64 arrays the results go into as they are;
@@ -187,7 +175,6 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
     cdef Py_ssize_t count, n = 1
     cdef tuple reduced
     cdef double div
-    cdef double* qp
     if (dtype is not None or not behaved_float(x)
             or type(ddof) is not int or type(keepdims) is not bool):
         return None
@@ -228,9 +215,8 @@ def fast_mean_var(x, axis, ddof, keepdims, dtype, out):
                        False)
     run_forward(xa, None, None, None, mean, m2, None, reduced, MODE_STATS, 0.0, threads, False)
     count = cnp.PyArray_SIZE(mean)
-    div = <double>(n - <Py_ssize_t>ddof)
-    qp = <double*>cnp.PyArray_DATA(m2)
-    divide_by(qp, div, count)
+    div = <double>n
+    variances(<double*>cnp.PyArray_DATA(m2), &div, 0, <double>(<Py_ssize_t>ddof), count)
     if out is not None:
         # Into the caller's arrays: the mean first, then the variance (an
         # out that is both gets the variance, as copying them in would).

@@ -382,6 +382,55 @@ def rstd(spread, double eps):
     return out
 
 
+def means_of(mean, m2):
+    """mean_var's means (coefs.pxd's stats_mean) of float64 moments merged
+    outside the kernels, as a new C-contiguous float64 array: NaN where
+    M2 is NaN."""
+    fn_clean_upper()
+    cdef cnp.ndarray out = np.array(mean, dtype=np.float64, order="C", copy=True)
+    cdef cnp.ndarray q = np.ascontiguousarray(m2, dtype=np.float64)
+    cdef double* mp = <double*>cnp.PyArray_DATA(out)
+    cdef const double* qp = <const double*>cnp.PyArray_DATA(q)
+    cdef Py_ssize_t i, size = cnp.PyArray_SIZE(out)
+    if cnp.PyArray_SIZE(q) != size:
+        raise ValueError("means_of: mean and m2 differ in size")
+    for i in range(size):
+        mp[i] = stats_mean(mp[i], qp[i])
+    return out
+
+
+def variance(m2, n, double ddof=0.0, bint overwrite=False):
+    """mean_var's variances M2 / max(n - ddof, 0) (coefs.pxd's variances)
+    of float64 M2, n one count for all or each slice's (an array of m2's
+    size): a new C-contiguous float64 array, or m2 itself, divided in
+    place, with overwrite (then m2 must be such an array).  No warning
+    where n - ddof <= 0 (inf or NaN there)."""
+    fn_clean_upper()
+    cdef cnp.ndarray q, counts
+    cdef double one
+    cdef Py_ssize_t size
+    if overwrite:
+        if not (type(m2) is cnp.ndarray and m2.dtype == np.float64
+                and cnp.PyArray_ISCARRAY(<cnp.ndarray>m2)):
+            raise ValueError("variance: overwrite needs a C-contiguous float64 m2")
+        q = <cnp.ndarray>m2
+    else:
+        q = np.array(m2, dtype=np.float64, order="C", copy=True)
+    size = cnp.PyArray_SIZE(q)
+    if np.ndim(n) == 0:
+        one = n
+        with nogil:
+            variances(<double*>cnp.PyArray_DATA(q), &one, 0, ddof, size)
+        return q
+    counts = np.ascontiguousarray(n, dtype=np.float64)
+    if cnp.PyArray_SIZE(counts) != size:
+        raise ValueError("variance: n and m2 differ in size")
+    with nogil:
+        variances(<double*>cnp.PyArray_DATA(q), <const double*>cnp.PyArray_DATA(counts), 1,
+                  ddof, size)
+    return q
+
+
 def merge_moments(cnp.ndarray n_a, cnp.ndarray mean_a, m2_a, cnp.ndarray n_b,
                   cnp.ndarray mean_b, m2_b):
     """Fold the moments of part b of some slices into those of part a, slice

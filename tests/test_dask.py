@@ -319,6 +319,7 @@ def test_nonfinite_values_stay_in_their_slices():
         for f in (lambda a: fastnorm.layer_norm(a, axis=(1, 2, 3), return_stats=True),
                   lambda a: fastnorm.batch_norm(a, return_stats=True),
                   lambda a: fastnorm.rms_norm(a, axis=(1, 2, 3), return_stats=True),
+                  lambda a: fastnorm.group_norm(a, 3, channel_axis=1, return_stats=True),
                   lambda a: fastnorm.mean_var(a, axis=(2, 3))):
             lazy, eager = f(d), f(x)
             for a, e in zip(dask.compute(*lazy), eager):

@@ -111,9 +111,11 @@ def test_a_guest_is_told_by_the_hypervisor_flag(tmp_path):
     (("GenuineIntel", 6, 167), False),
     (None, False),                            # not known: as most machines
 ])
-def test_prefetches_fill_l1_on_amds_cores_before_zen_4(model, fills):
+def test_prefetches_fill_l1_on_amds_cores_before_zen_4(model, fills, monkeypatch):
     assert _machine.prefetch_fills_l1(model) is fills
-    m = _machine.detect({}, (("none", _no_source),), guest=False, model=model)
+    # detect reads the model where none is given: this one, on any machine
+    monkeypatch.setattr(_machine, "cpu_model", lambda *args: model)
+    m = _machine.detect({}, (("none", _no_source),), guest=False)
     assert m.prefetch_l1 is fills
     assert _machine.derive(m)["prefetch_fills_l1"] == int(fills)
 

@@ -29,9 +29,9 @@ from . import tasks
 from .._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
                      result_dtypes, running_stat)
 from .args import aligned, lazy_input, lazy_where, no_out
-from .graph import (channel_param, field, given_normalize, lazy_param, merged_states, meta,
+from .graph import (channel_param, given_normalize, lazy_param, merged_states, meta,
                     normalized, per_chunk, rstd_of, selected_count, slice_stats, stat_out,
-                    whole_slices)
+                    variance, whole_slices)
 from .grad import (batch_norm_backward, group_norm_backward,  # noqa: F401
                    layer_norm_backward, rms_norm_backward)
 from .._family import Groups
@@ -53,12 +53,11 @@ def mean_var(x, axis, ddof, keepdims, dtype, out, where=None):
         n = math.prod(x.shape[i] for i in axes)
         if n - ddof <= 0 and x.size > 0:
             warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
-        results = mean, field(states, "m2", max(n - ddof, 0))
     else:
         # Each slice's own count; empty slices are not warned of (that
         # would take computing the mask now).
-        dof = da.maximum(selected_count(where, x, axes) - ddof, 0)
-        results = mean, da.map_blocks(tasks.divide, states["m2"], dof, dtype=np.float64)
+        n = selected_count(where, x, axes)
+    results = mean, variance(states, n, ddof)
     results = tuple(r.map_blocks(_simd.kernels.result, res_dtype, dtype=res_dtype)
                     for r in results)
     if not keepdims:
@@ -215,8 +214,8 @@ def group_stats(x, axes, grp, eps):
     chunks = tuple((grp.groups,) if i == ch else c for i, c in enumerate(states.chunks))
     groups = states.map_blocks(tasks.merge_groups, grp.groups, ch, per_channel, chunks=chunks,
                                dtype=tasks.MOMENTS, meta=meta(x.ndim, tasks.MOMENTS))
-    spread = field(groups, "m2", per_channel * (grp.channels // grp.groups))
-    return field(groups, "mean"), rstd_of(spread, eps)
+    spread = variance(groups, per_channel * (grp.channels // grp.groups))
+    return groups.map_blocks(tasks.centre, dtype=np.float64), rstd_of(spread, eps)
 
 
 def instance_norm(x, gamma, beta, channel_axis, eps, out, dtype, return_stats):

@@ -67,10 +67,10 @@ def selected_count(where, x, axes):
                                                                 dtype=np.float64)
 
 
-def field(states, name, divisor=1):
-    """One field of a MOMENTS/SQUARES array as float64, divided by divisor."""
-    f = states[name]
-    return f if divisor == 1 else f.map_blocks(tasks.divide, divisor, dtype=_F64)
+def variance(states, n, ddof=0):
+    """mean_var's variance of merged MOMENTS, n one count for all or each
+    slice's (a Dask array aligned with states)."""
+    return da.map_blocks(tasks.variance, states["m2"], n, ddof, dtype=_F64)
 
 
 def rstd_of(spread, eps):
@@ -115,11 +115,9 @@ def slice_stats(x, axes, mode, eps, where=None):
     n = math.prod(x.shape[i] for i in axes) if where is None else selected_count(where, x, axes)
     states = merged_states(x, axes, mode, where)
     if mode == "center":
-        mean = states.map_blocks(tasks.centre, dtype=_F64)
-        spread = field(states, "m2", n) if where is None else da.map_blocks(
-            tasks.divide, states["m2"], n, dtype=_F64)
+        mean, spread = states.map_blocks(tasks.centre, dtype=_F64), variance(states, n)
     else:
-        mean, spread = None, field(states, "mean")
+        mean, spread = None, states["mean"]
     return mean, spread, rstd_of(spread, eps)
 
 

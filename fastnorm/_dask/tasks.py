@@ -278,12 +278,12 @@ def inverse_std(spread, eps):
 
 
 def centre(states):
-    """The mean of MOMENTS, NaN where the variance is NaN: a slice with a NaN
-    or an inf has neither (Chan's merge may leave an inf mean there)."""
-    return np.where(np.isnan(states["m2"]), np.nan, states["mean"])
+    """The mean of MOMENTS as mean_var's: NaN where the M2 is (a slice with
+    a NaN or an inf has neither; Chan's merge may leave an inf mean there)."""
+    return _simd.kernels.means_of(states["mean"], states["m2"])
 
 
-def divide(a, d):
-    """a / d without warnings (0 / 0 is an empty reduction's NaN)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return a / d
+def variance(m2, n, ddof=0):
+    """mean_var's variance M2 / max(n - ddof, 0) of a block, n one count or
+    the block's counts (inf or NaN without degrees of freedom, no warning)."""
+    return _simd.kernels.variance(m2, n, ddof)
