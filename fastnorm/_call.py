@@ -91,8 +91,8 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
         if o is not None:
             check_out(o, f"out[{i}]", keepdims_shape(x.shape, axes), stat_dtype)
     if where is not None and outs[0] is None:
-        # Zeroed pages from the allocator: no pass of its own.
-        y, final = np.zeros(x.shape, out_dtype, order="F" if fortran(x) else "C"), None
+        y, final = _simd.kernels.fresh_output(x.shape, out_dtype, fortran(x), where,
+                                              team_size()), None
     else:
         y, final = writable_target(outs[0], x, out_dtype)
     # Inputs that share memory with y (running statistics in eval mode
@@ -116,7 +116,8 @@ def backward(dy, x, axes, mean, rstd, gamma, mode, dx_out=None, where=None):
     in gamma's keepdims layout.  where: the selection (as_where's bytes):
     dx is written there alone (a fresh dx holds 0 elsewhere)."""
     if where is not None and dx_out is None:
-        dx, final = np.zeros(x.shape, x.dtype, order="F" if fortran(x) else "C"), None
+        dx, final = _simd.kernels.fresh_output(x.shape, x.dtype, fortran(x), where,
+                                               team_size()), None
     else:
         dx, final = writable_target(dx_out, x, x.dtype)
     if final is None and dx_out is not None and (np.may_share_memory(dx, dy)

@@ -8,7 +8,7 @@
 # (simd.h).
 
 from cython.parallel cimport parallel, prange
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from libc.math cimport sqrt, fabs, isfinite, NAN
 from libc.float cimport DBL_MAX
 cimport numpy as cnp
@@ -172,6 +172,49 @@ cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, i
     if rc != 0:
         raise MemoryError("fastnorm: could not allocate scratch memory")
     return 0
+
+
+def fresh_output(shape, dtype, bint fortran_order, cnp.ndarray where, int nthreads):
+    """A new output of a masked call (where: as_where's bytes, broadcast to
+    shape) holding 0 wherever where selects nothing, which the kernels
+    leave alone.  Where the mask is constant along the output's rows (its
+    innermost axis: padded sequences, rows left out), the rows it leaves
+    out are zeroed alone, once; else the allocator's zeroed pages
+    (np.zeros) hold the zeros, a pass over every value where the pages
+    are reused."""
+    fn_clean_upper()
+    cdef cnp.ndarray y, m
+    cdef Py_ssize_t rows, r, rest, off, n, row_bytes
+    cdef Py_ssize_t dims[MAX_DIMS]
+    cdef Py_ssize_t steps[MAX_DIMS]
+    cdef int a, nd = len(shape)
+    cdef char* yp
+    cdef const char* mp
+    order = "F" if fortran_order else "C"
+    if nd == 0 or nd > MAX_DIMS:
+        return np.zeros(shape, dtype, order=order)
+    m = where.T if fortran_order else where
+    n = shape[0] if fortran_order else shape[nd - 1]
+    if n <= 1 or cnp.PyArray_STRIDE(m, nd - 1) != 0 or cnp.PyArray_SIZE(m) == 0:
+        return np.zeros(shape, dtype, order=order)
+    y = np.empty(shape, dtype, order=order)
+    row_bytes = n * cnp.PyArray_ITEMSIZE(y)
+    rows = cnp.PyArray_SIZE(y) // n
+    for a in range(nd - 1):
+        dims[a] = cnp.PyArray_DIM(m, a)
+        steps[a] = cnp.PyArray_STRIDE(m, a)
+    yp = <char*>cnp.PyArray_DATA(y)
+    mp = <const char*>cnp.PyArray_DATA(m)
+    with nogil, parallel(num_threads=nthreads if rows * n >= PARALLEL_MIN else 1):
+        for r in prange(rows, schedule="static"):
+            rest = r
+            off = 0
+            for a in range(nd - 2, -1, -1):
+                off = off + (rest % dims[a]) * steps[a]
+                rest = rest // dims[a]
+            if mp[off] == 0:
+                memset(yp + r * row_bytes, 0, row_bytes)
+    return y
 
 
 def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, double eps,

@@ -261,6 +261,38 @@ def test_columns_of_any_mask_pattern(dtype, rows, cols, pattern, kind, split, la
         assert_close(var, m2 / cnt, tout * m2 / cnt + tacc * spread**2 + tiny(res), "var")
 
 
+@pytest.mark.filterwarnings("ignore:Mean of empty slice")
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_fresh_output_holds_zero_where_rows_are_left_out(order, threads):
+    # A mask constant along the rows (padded sequences): the rows it leaves
+    # out are zeroed alone, in y and dx; the memory they get was NaN just
+    # before (freed, then reused by the allocator), so a row missed shows.
+    rng = np.random.default_rng(3)
+    shape = (6, 40, 300) if order == "C" else (300, 40, 6)
+    x = np.asarray(rng.standard_normal(shape), order=order)
+    keep = rng.random((6, 40, 1) if order == "C" else (1, 40, 6)) < 0.6
+    sel = np.broadcast_to(keep, shape)
+    axis = -1 if order == "C" else 0
+    fastnorm.set_num_threads(threads)
+    try:
+        calls = (lambda: fastnorm.layer_norm(x, axis=axis, where=keep),
+                 lambda: fastnorm.batch_norm(x, axis=(0, 1) if order == "C" else (1, 2),
+                                             where=keep),
+                 lambda: fastnorm.layer_norm_backward(x, x, np.zeros(keep.shape),
+                                                      np.ones(keep.shape), axis=axis,
+                                                      where=keep)[0])
+        for call in calls:
+            for _ in range(3):
+                dirty = np.full(shape, np.nan)
+                del dirty
+                y = call()
+                assert (y[~sel] == 0).all() and np.isfinite(y[sel]).all()
+                assert y.flags.c_contiguous if order == "C" else y.flags.f_contiguous
+    finally:
+        fastnorm.set_num_threads(None)
+
+
 def test_all_true_where_is_the_unmasked_call():
     # where=True is no mask at all (the same bits); an all-true array takes
     # the masked schedule, whose rounding may differ by an ulp or so.
