@@ -2176,37 +2176,62 @@ cdef void column_rows_chunked(const ColumnPlan* p, Tile* t, Odometer* row, Odome
         k0 = k0 + n
 
 
+cdef inline bint periodic_rows(const ColumnPlan* p, const Tile* t, const Odometer* row,
+                               Py_ssize_t a, Py_ssize_t cnt, const unsigned char* sel,
+                               in_t* ki, out_t* ko) noexcept nogil:
+    """The output of rows a .. a + cnt of a block (from `row` on) as one run
+    of periodic coefficients, where the route has them (p.periodic with
+    float32 coefficients, or p.periodic_d); false, with nothing written,
+    otherwise.  sel: the block's where= bytes (lanes_masked), or NULL."""
+    cdef const Axis* rows = &p.L.red[0]
+    cdef const char* x = col_ptr(p, t, row, OP_X) + a * rows.stride[OP_X]
+    cdef void* y = <void*>(col_ptr(p, t, row, OP_Y) + a * rows.stride[OP_Y])
+    cdef const float* f_m
+    if sel != NULL:
+        sel = sel + a * rows.stride[OP_M]
+    if in_t is float and out_t is float:
+        if p.periodic and p.ok32[t.group]:
+            f_m = p.coef32 + t.group * COEF32_STRIDE
+            fn_values_f(x, 1, y, 1, NULL, cnt * p.n_cols, p.n_cols, f_m, f_m + COL_TILE + WRAP,
+                        f_m + 2 * (COL_TILE + WRAP), NULL, 1.0, 0.0, FN_PLAIN, p.R.stream, NULL,
+                        sel)
+            return True
+    if p.periodic_d:
+        fn_values_d(x, tcode(ki), y, ocode(ko), NULL, cnt * p.n_cols, p.n_cols, t.pivot,
+                    t.shift, t.scale, NULL, 1.0, 0.0, FN_PLAIN, p.R.stream, NULL, sel)
+        return True
+    return False
+
+
 cdef void column_rows_out(const ColumnPlan* p, Py_ssize_t item, in_t* ki,
                           out_t* ko) noexcept nogil:
     """The output of a block of rows of one outer index: rows that follow
-    each other as one run (periodic coefficients), others a few rows at a
-    time, chunk by chunk (column_rows_chunked)."""
+    each other as one run (periodic coefficients; with rows masked, each
+    stretch of selected rows), others a few rows at a time, chunk by chunk
+    (column_rows_chunked)."""
     cdef Tile t
     cdef Odometer row, ahead
     cdef Py_ssize_t outer = item // p.n_out_blocks
     cdef Py_ssize_t r0 = (item % p.n_out_blocks) * p.rows_per_out
     cdef Py_ssize_t nr = min(p.rows_per_out, p.n_rows - r0)
-    cdef const float* f_m
-    cdef Py_ssize_t row_bytes = p.n_cols * p.L.kept[p.L.n_kept - 1].stride[OP_X]
+    cdef Py_ssize_t row_bytes = p.n_cols * p.L.kept[p.L.n_kept - 1].stride[OP_X], j, e
     cdef const unsigned char* sel = NULL
     odo_init(&row, p.L.red, p.L.n_red, r0)
     odo_init(&ahead, p.L.red, p.L.n_red, min(r0 + PREFETCH_ROWS, p.n_rows - 1))
     tile_of(p, outer * p.n_tiles, &t)
     if p.lanes_masked:
         sel = <const unsigned char*>col_ptr(p, &t, &row, OP_M)     # (periodic: rows of bytes)
-    if in_t is float and out_t is float:
-        if p.periodic and p.ok32[t.group]:
-            f_m = p.coef32 + t.group * COEF32_STRIDE
-            fn_values_f(col_ptr(p, &t, &row, OP_X), 1, <void*>col_ptr(p, &t, &row, OP_Y), 1,
-                        NULL, nr * p.n_cols, p.n_cols, f_m, f_m + COL_TILE + WRAP,
-                        f_m + 2 * (COL_TILE + WRAP), NULL, 1.0, 0.0, FN_PLAIN, p.R.stream, NULL,
-                        sel)
+    if p.rows_masked and (p.periodic or p.periodic_d):
+        # (a byte a row, L.red[0].stride[OP_M] apart)
+        j = next_stretch(<const unsigned char*>col_ptr(p, &t, &row, OP_M),
+                         p.L.red[0].stride[OP_M], nr, 0, &e)
+        while j < nr and periodic_rows(p, &t, &row, j, e - j, NULL, ki, ko):
+            j = next_stretch(<const unsigned char*>col_ptr(p, &t, &row, OP_M),
+                             p.L.red[0].stride[OP_M], nr, e, &e)
+        if j >= nr:
             fn_sfence()
             return
-    if p.periodic_d:
-        fn_values_d(col_ptr(p, &t, &row, OP_X), tcode(ki), <void*>col_ptr(p, &t, &row, OP_Y),
-                    ocode(ko), NULL, nr * p.n_cols, p.n_cols, t.pivot, t.shift, t.scale, NULL,
-                    1.0, 0.0, FN_PLAIN, p.R.stream, NULL, sel)
+    elif periodic_rows(p, &t, &row, 0, nr, sel, ki, ko):
         fn_sfence()
         return
     column_rows_chunked(p, &t, &row, &ahead, nr, row_bytes, ki, ko)
@@ -2289,9 +2314,10 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     p.fold = R.fold
     # Blocks of rows are single runs when the rows follow each other in
     # memory and every row is normalized alike.
-    # (where=: a mask constant along the columns skips rows; one that varies
-    # along them reads its bytes beside x, rows of them following each other.)
-    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1 and not p.rows_masked
+    # (where=: a mask constant along the columns makes a run of each stretch
+    # of selected rows; one that varies along them reads its bytes beside
+    # x, rows of them following each other.)
+    runs = (has_y and p.fold and p.n_tiles == 1 and L.n_red == 1
             and (not p.lanes_masked or (L.kept[L.n_kept - 1].stride[OP_M] == 1
                                         and L.red[0].stride[OP_M] == p.n_cols))
             and L.kept[L.n_kept - 1].stride[OP_X] == sizeof(in_t)
