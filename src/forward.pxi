@@ -1709,42 +1709,78 @@ cdef inline void column_fold_finish(const ColumnPlan* p, const Tile* t, Py_ssize
     column_finish_cols(p, t, lo, hi)
 
 
+cdef inline void sweep_stats(const ColumnPlan* p, const Tile* t, const char* x, Py_ssize_t rs,
+                             Py_ssize_t n, Py_ssize_t* cnt, Py_ssize_t* done, double* mean,
+                             double* m2, double* run_mean, double* run_m2,
+                             in_t* ki) noexcept nogil:
+    """n rows (rs bytes apart from x) onto a block's moments after cnt[0]
+    rows, as column_block_stats adds a sweep (float16/float32 sums folded
+    every SUM_ROWS rows)."""
+    if in_t is not double:
+        if cnt[0] - done[0] + n > SUM_ROWS:
+            fold_sums(t.width, t.shift, cnt[0] - done[0], done[0], mean, m2, run_mean, run_m2)
+            done[0] = cnt[0]
+    column_rows_stats(p, t, x, rs, n, cnt[0], 0, mean, m2, ki)
+    cnt[0] = cnt[0] + n
+
+
 cdef Py_ssize_t selected_block_stats(const ColumnPlan* p, const Tile* t, Py_ssize_t r0,
                                      Py_ssize_t nr, double* mean, double* m2, double* run_mean,
                                      double* run_m2, in_t* ki) noexcept nogil:
     """column_block_stats of rows r0 .. r0 + nr with rows masked: the
-    selected ones alone (stretches of them a sweep at a time with one
-    reduced axis, else row by row), counted as they go; their count."""
+    selected ones alone, counted as they go; their count.  With one
+    reduced axis, stretches of a sweep or more a sweep at a time, shorter
+    ones gathered into sweeps first (a sweep of a few rows costs its
+    columns' sums a load and a store each), else row by row."""
     cdef Odometer row
     cdef Py_ssize_t rs = p.L.red[p.L.n_red - 1].stride[OP_X], sm = p.L.red[0].stride[OP_M]
-    cdef Py_ssize_t k, e, n, cnt = 0, done = 0
+    cdef Py_ssize_t sx = p.L.kept[p.L.n_kept - 1].stride[OP_X], wb = t.width * sx
+    cdef Py_ssize_t k, e, n, j, cnt = 0, done = 0, fill = 0
     cdef const char* xp
+    cdef const unsigned char* m
+    cdef char* buf = NULL
     odo_init(&row, p.L.red, p.L.n_red, r0)
     if p.L.n_red == 1:
         xp = col_ptr(p, t, &row, OP_X)
-        k = next_stretch(<const unsigned char*>(p.L.base[OP_M] + t.outer.off[OP_M]
-                                                + row.off[OP_M]), sm, nr, 0, &e)
+        m = <const unsigned char*>(p.L.base[OP_M] + t.outer.off[OP_M] + row.off[OP_M])
+        if sx == sizeof(in_t):
+            buf = <char*>fn_malloc(p.rows_per_sweep * wb)    # (NULL: none gathered)
+        k = next_stretch(m, sm, nr, 0, &e)
         while k < nr:
-            while k < e:
-                n = min(p.rows_per_sweep, e - k)
-                if in_t is not double:
-                    if cnt - done + n > SUM_ROWS:
-                        fold_sums(t.width, t.shift, cnt - done, done, mean, m2, run_mean, run_m2)
-                        done = cnt
-                column_rows_stats(p, t, xp + k * rs, rs, n, cnt, 0, mean, m2, ki)
-                cnt = cnt + n
-                k = k + n
-            k = next_stretch(<const unsigned char*>(p.L.base[OP_M] + t.outer.off[OP_M]
-                                                    + row.off[OP_M]), sm, nr, e, &e)
+            if buf != NULL and e - k < p.rows_per_sweep:
+                while k < e:
+                    n = min(p.rows_per_sweep - fill, e - k)
+                    if rs == wb:
+                        memcpy(buf + fill * wb, xp + k * rs, n * wb)
+                    else:
+                        for j in range(n):
+                            memcpy(buf + (fill + j) * wb, xp + (k + j) * rs, wb)
+                    fill = fill + n
+                    k = k + n
+                    if fill == p.rows_per_sweep:
+                        sweep_stats(p, t, buf, wb, fill, &cnt, &done, mean, m2, run_mean,
+                                    run_m2, ki)
+                        fill = 0
+            else:
+                # (rows gathered before go first: the rows' order kept)
+                if fill > 0:
+                    sweep_stats(p, t, buf, wb, fill, &cnt, &done, mean, m2, run_mean, run_m2,
+                                ki)
+                    fill = 0
+                while k < e:
+                    n = min(p.rows_per_sweep, e - k)
+                    sweep_stats(p, t, xp + k * rs, rs, n, &cnt, &done, mean, m2, run_mean,
+                                run_m2, ki)
+                    k = k + n
+            k = next_stretch(m, sm, nr, e, &e)
+        if fill > 0:
+            sweep_stats(p, t, buf, wb, fill, &cnt, &done, mean, m2, run_mean, run_m2, ki)
+        fn_free(buf)
     else:
         for k in range(nr):
             if row_selected(p, t, &row):
-                if in_t is not double:
-                    if cnt - done == SUM_ROWS:
-                        fold_sums(t.width, t.shift, cnt - done, done, mean, m2, run_mean, run_m2)
-                        done = cnt
-                column_rows_stats(p, t, col_ptr(p, t, &row, OP_X), 0, 1, cnt, 0, mean, m2, ki)
-                cnt = cnt + 1
+                sweep_stats(p, t, col_ptr(p, t, &row, OP_X), 0, 1, &cnt, &done, mean, m2,
+                            run_mean, run_m2, ki)
             odo_next(&row, p.L.red, p.L.n_red)
     if in_t is not double:
         if done == 0:
