@@ -321,10 +321,6 @@ cdef inline void prefetch_slice(const SlicePlan* p, Py_ssize_t si) noexcept nogi
     odo_init(&s, p.L.kept, p.L.n_kept, si)
     fetch_lines(p.L.base[OP_X] + s.off[OP_X],
                 min(<Py_ssize_t>PREFETCH_BYTES, p.stat_len * inner.stride[OP_X]))
-    if p.L.base[OP_M] != NULL and inner.stride[OP_M] == 1:
-        # its where= bytes too: a row of them starts a page as often
-        fetch_lines(p.L.base[OP_M] + s.off[OP_M],
-                    min(<Py_ssize_t>PREFETCH_BYTES, p.stat_len))
 
 
 cdef inline void prefetch_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
