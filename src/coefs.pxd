@@ -80,10 +80,9 @@ cdef inline void rstds(double* v, Py_ssize_t n, double eps) noexcept nogil:
 
 cdef inline double stats_mean(double mean, double m2) noexcept nogil:
     """The mean a slice's statistics give, with this M2 (or variance): NaN
-    where M2 is NaN (an inf
-    that is a slice's last update leaves its mean inf; the variance is NaN
-    either way, and so is the mean then: where the inf falls must not
-    matter)."""
+    where M2 is NaN (an inf that is a slice's last update leaves its mean
+    inf; the variance is NaN either way, and so is the mean then: where the
+    inf falls must not matter)."""
     return NAN if m2 != m2 else mean
 
 
