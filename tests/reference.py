@@ -123,6 +123,19 @@ def ref_mean_var(x, axes, ddof=0, acc=np.float64):
     return mean, var, spread
 
 
+def ref_row_variances(x, where, ddof):
+    """M2 / max(k - ddof, 0) of each row's k selected values, in plain
+    Python floats (inf, or NaN for a zero or NaN M2, without degrees of
+    freedom; NaN for a row with nothing selected)."""
+    out = []
+    for row, sel in zip(x, where):
+        v = [float(a) for a in row[sel]]
+        m2 = sum((a - sum(v) / len(v)) ** 2 for a in v) if v else float("nan")
+        dof = max(len(v) - ddof, 0)
+        out.append(m2 / dof if dof else (float("inf") if m2 > 0 else float("nan")))
+    return np.array(out)
+
+
 def ref_layer_norm(x, axes, gamma=None, beta=None, eps=1e-5, acc=np.float64):
     """Layer norm over axes; gamma/beta already in keepdims layout.
     Returns (y, mean, rstd, xhat, spread)."""

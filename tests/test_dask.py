@@ -25,7 +25,7 @@ import fastnorm
 import fastnorm._dask.tasks
 import fastnorm._grad
 import fastnorm._call
-from reference import assert_bitwise
+from reference import assert_bitwise, ref_row_variances
 
 CLUSTER = dict(n_workers=2, threads_per_worker=1, protocol="tcp://", host="127.0.0.1",
                scheduler_port=0, dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
@@ -325,6 +325,22 @@ def test_nonfinite_values_stay_in_their_slices():
             for a, e in zip(dask.compute(*lazy), eager):
                 np.testing.assert_array_equal(np.isnan(a), np.isnan(e))
                 np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("ddof", [0, 1, 2.5, 6, 7])
+def test_each_slice_divides_by_its_own_degrees_of_freedom(ddof):
+    # Rows selecting 0 .. 7 values over chunks of two columns, one row
+    # constant: M2 / max(k - ddof, 0) as the local call gives it.
+    x = np.random.default_rng(5).standard_normal((8, 7))
+    x[4, :] = 1.0
+    where = np.arange(7) < np.arange(8)[:, None]
+    d = da.from_array(x, chunks=(3, 2))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        masked = fastnorm.mean_var(d, axis=1, ddof=ddof, where=where)[1].compute()
+        whole = fastnorm.mean_var(d, axis=1, ddof=ddof)[1].compute()
+    np.testing.assert_allclose(masked, ref_row_variances(x, where, ddof), rtol=1e-13)
+    np.testing.assert_allclose(whole, ref_row_variances(x, where | True, ddof), rtol=1e-13)
 
 
 def test_empty_reductions_warn_at_call_time():
