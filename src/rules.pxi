@@ -460,11 +460,11 @@ cdef object stat_operand(object value, str name, int ndim, const cnp.npy_intp* k
 
 def stat_operand_of(value, str name, keep, kept):
     """stat_operand for shapes given as tuples."""
-    cdef cnp.npy_intp k[64]
-    cdef cnp.npy_intp d[64]
+    cdef cnp.npy_intp k[MAX_DIMS]
+    cdef cnp.npy_intp d[MAX_DIMS]
     cdef int i
-    if len(keep) > 64 or len(kept) > 64:
-        raise ValueError(f"{name}: more than 64 dimensions")
+    if len(keep) > MAX_DIMS or len(kept) > MAX_DIMS:
+        raise ValueError(f"{name}: more than {MAX_DIMS} dimensions")
     for i in range(len(keep)):
         k[i] = keep[i]
     for i in range(len(kept)):
