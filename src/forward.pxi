@@ -651,29 +651,87 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
 
 # The statistics of a single contiguous run taken a piece at a time
 # (rows_turns): its finished blocks merged, the sums of the one under way.
+# With where=, a block's parts (next_piece's) go in turn as selected_moments
+# takes them: a stretch of selected values step by step, a mixed piece whole.
 cdef struct RowSums:
     Lanes t
     Moments acc
+    Moments block            # (where=) the block's parts merged so far
     const char* x
+    const unsigned char* m   # where=: the mask's byte of x's first value, else NULL
     Py_ssize_t b             # the block under way, CHUNK values each
-    Py_ssize_t j             # its steps summed
+    Py_ssize_t j             # its steps summed (with where=, the stretch's)
+    Py_ssize_t pj            # (where=) the part under way: [pj, pe) of the block,
+    Py_ssize_t pe            # its kind in pk (next_piece's; -1 none yet)
+    int pk
     double pivot
 
 
 cdef inline void row_sums_block(RowSums* u, const SlicePlan* p, in_t* ki) noexcept nogil:
     cdef Py_ssize_t n
     cdef const char* x = stat_block(p, u.x, sizeof(in_t), u.b, &n)
-    lanes_begin(&u.t, x, sizeof(in_t), n, stat_ahead_end(p, u.x, sizeof(in_t), p.x_end), ki)
     u.j = 0
+    if u.m != NULL:
+        u.block = moments_empty()
+        u.pj = 0
+        u.pk = -1
+        return
+    lanes_begin(&u.t, x, sizeof(in_t), n, stat_ahead_end(p, u.x, sizeof(in_t), p.x_end), ki)
 
 
 cdef inline void row_sums_begin(RowSums* u, const SlicePlan* p, const Odometer* s,
                                 in_t* ki) noexcept nogil:
-    u.x = p.L.base[OP_X] + s.off[OP_X]
+    """Empty sums for slice s; its mask (if any) constant along the run or
+    contiguous (the planner routes no other here)."""
+    cdef const Layout* L = p.L
+    u.x = L.base[OP_X] + s.off[OP_X]
     u.pivot = slice_pivot(p, s, ki)
     u.acc = moments_empty()
     u.b = 0
+    u.m = NULL
+    if L.base[OP_M] != NULL:
+        u.m = <const unsigned char*>(L.base[OP_M] + s.off[OP_M])
+        if L.red[L.n_red - 1].stride[OP_M] == 0:
+            if not u.m[0]:
+                u.b = p.stat_chunks        # nothing selected: nothing to sum
+                return
+            u.m = NULL                     # all of it: an ordinary run
     row_sums_block(u, p, ki)
+
+
+cdef inline bint row_sums_parts(RowSums* u, const SlicePlan* p, const char* x, Py_ssize_t n,
+                                Py_ssize_t upto, in_t* ki) noexcept nogil:
+    """where=: the parts of the block at x (n values) up to `upto` (from the
+    block's start); true once the block is done."""
+    cdef Py_ssize_t lanes = FN_NV * FN_W, w = sizeof(in_t), j1
+    cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
+    cdef const unsigned char* m = u.m + u.b * CHUNK
+    cdef bint squares = p.mode == MODE_RMS
+    cdef Moments part
+    while u.pj < n:
+        if u.pk < 0:
+            u.pk = next_piece(m, n, piece, u.pj, &u.pe)
+            if u.pk == 1:
+                lanes_begin(&u.t, x + u.pj * w, w, u.pe - u.pj,
+                            stat_ahead_end(p, u.x, w, p.x_end), ki)
+                u.j = 0
+        if u.pk == 1:
+            j1 = max(<Py_ssize_t>0, min(u.pe, upto) - u.pj) // lanes
+            if j1 > u.j:
+                lanes_steps(&u.t, x + u.pj * w, sizeof(in_t), u.j, j1, u.pivot, squares, ki)
+                u.j = j1
+            if upto < u.pe:
+                return False
+            part = run_end(&u.t, x + u.pj * w, w, u.pe - u.pj, u.pivot, squares, ki)
+            moments_merge(&u.block, &part)
+        elif u.pk == 2:
+            if upto < u.pe:
+                return False
+            part = selected_lanes(x + u.pj * w, m + u.pj, u.pe - u.pj, u.pivot, squares, ki)
+            moments_merge(&u.block, &part)
+        u.pj = u.pe
+        u.pk = -1
+    return True
 
 
 cdef inline void row_sums_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
@@ -689,13 +747,18 @@ cdef inline void row_sums_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
     while u.b < p.stat_chunks:
         start = u.b * CHUNK
         x = stat_block(p, u.x, sizeof(in_t), u.b, &n)
-        j1 = max(<Py_ssize_t>0, min(n, upto - start)) // lanes
-        if j1 > u.j:
-            lanes_steps(&u.t, x, sizeof(in_t), u.j, j1, u.pivot, squares, ki)
-            u.j = j1
-        if upto < start + n:
-            return
-        m = run_end(&u.t, x, sizeof(in_t), n, u.pivot, squares, ki)
+        if u.m != NULL:
+            if not row_sums_parts(u, p, x, n, upto - start, ki):
+                return
+            m = u.block
+        else:
+            j1 = max(<Py_ssize_t>0, min(n, upto - start)) // lanes
+            if j1 > u.j:
+                lanes_steps(&u.t, x, sizeof(in_t), u.j, j1, u.pivot, squares, ki)
+                u.j = j1
+            if upto < start + n:
+                return
+            m = run_end(&u.t, x, sizeof(in_t), n, u.pivot, squares, ki)
         moments_merge(&u.acc, &m)
         u.b = u.b + 1
         if u.b < p.stat_chunks:
@@ -713,7 +776,8 @@ cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
     The pieces end where y's address (streamed: fn_head) or the run's
     offset is a multiple of 64 bytes, so that every piece after the first
     starts where one call's vectors would: the output has one call's bits,
-    and the statistics have slice_coef's."""
+    and the statistics have slice_coef's.  With where= (a mask constant
+    along the run or contiguous), each piece writes what it selects."""
     cdef const Layout* L = p.L
     cdef Odometer s, s_next, r
     cdef RowSums u
@@ -736,8 +800,7 @@ cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
         start = 0
         end = min(n, lead + piece)
         while True:
-            # (never masked: the planner keeps where= off this way)
-            out_all(p, &s, &r, start, end - start, c, NULL, False, NULL, ki, ko)
+            out_run(p, &s, &r, start, end - start, c, NULL, False, ki, ko)
             if more:
                 row_sums_to(&u, p, end, ki)
             if end == n:
