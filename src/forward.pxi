@@ -232,9 +232,11 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
     """The output of values start .. start + n of run r of slice s (out_all);
     with where=, of those selected: contiguous data a piece of the mask at
     a time (next_piece: whole stretches selected as they are, mixed pieces
-    lane by lane), other data each stretch of selected values alone."""
+    lane by lane), other data each stretch of selected values alone.  A
+    streamed stretch's last part line goes as a piece (with its bytes,
+    all set): streamed, a part line costs the memory a read and a write."""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
-    cdef Py_ssize_t sm = inner.stride[OP_M], j = 0, e
+    cdef Py_ssize_t sm = inner.stride[OP_M], j = 0, e, cut
     cdef const unsigned char* m
     cdef bint pieces = (sm == 1 and inner.stride[OP_X] == sizeof(in_t)
                         and inner.stride[OP_Y] == sizeof(out_t))
@@ -245,7 +247,17 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
     m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
     k = next_part(m, sm, n, pieces, &j, &e)
     while k != 0:
-        out_all(p, s, r, start + j, e - j, c, NULL, False, NULL if k == 1 else m + j, ki, ko)
+        cut = e
+        if k == 1 and pieces and p.R.stream:
+            cut = e - <Py_ssize_t>((<size_t>(run_start(p, s, r, OP_Y) + (start + e)
+                                            * <Py_ssize_t>sizeof(out_t)) % 64)
+                                   // sizeof(out_t))
+            cut = max(cut, j)
+        if cut > j:
+            out_all(p, s, r, start + j, cut - j, c, NULL, False, NULL if k == 1 else m + j,
+                    ki, ko)
+        if cut < e:
+            out_all(p, s, r, start + cut, e - cut, c, NULL, False, m + cut, ki, ko)
         j = e
         k = next_part(m, sm, n, pieces, &j, &e)
 

@@ -306,7 +306,7 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
 
 # ---------------------------------------------------------------------------
 # The selected values of a run (where=): x beside its mask's bytes, read a
-# piece at a time (mask_piece).  A stretch of whole pieces selected is an
+# piece at a time (fn_mask_kind).  A stretch of whole pieces selected is an
 # ordinary run (run_moments), a piece with nothing selected is skipped, and
 # in the others each lane adds its value where its byte is set (+0.0
 # elsewhere, whatever x holds there): shifted sums about the piece's first
@@ -317,58 +317,26 @@ cdef inline bint zero_byte(uint64_t w) noexcept nogil:
     return ((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080) != 0
 
 
-cdef inline int mask_piece(const unsigned char* m, Py_ssize_t n) noexcept nogil:
-    """Of the n > 0 bytes at m: 0 none set, 1 every one set, 2 some."""
-    cdef uint64_t w, some = 0, unset = 0
-    cdef Py_ssize_t i = 0
-    while i + 8 <= n:
-        memcpy(&w, m + i, 8)
-        some = some | w
-        unset = unset | zero_byte(w)
-        i = i + 8
-    while i < n:
-        some = some | m[i]
-        unset = unset | (m[i] == 0)
-        i = i + 1
-    return 1 if unset == 0 else (2 if some != 0 else 0)
-
-
-cdef inline Py_ssize_t leading_run(const unsigned char* m, Py_ssize_t n,
-                                   bint selected) noexcept nogil:
-    """How many of the n bytes at m, from the first on, are set (selected)
-    or unset (not selected)."""
-    cdef uint64_t w
-    cdef Py_ssize_t i = 0
-    while i + 8 <= n:
-        memcpy(&w, m + i, 8)
-        if zero_byte(w) if selected else w != 0:
-            break
-        i = i + 8
-    while i < n and (m[i] != 0) == selected:
-        i = i + 1
-    return i
-
-
 cdef inline int next_piece(const unsigned char* m, Py_ssize_t n, Py_ssize_t piece, Py_ssize_t j,
                            Py_ssize_t* e) noexcept nogil:
     """The mask's n bytes at m read from j on, a piece at a time: the kind of
-    what starts at j (mask_piece's) and its end in e: a stretch of set
+    what starts at j (fn_mask_kind's) and its end in e: a stretch of set
     bytes (whole pieces, and the set head of the piece after them), a run
     of MASK_RUN_MIN bytes or more that a mixed piece starts with (1 set,
     0 unset), or one piece."""
-    cdef int k = mask_piece(m + j, min(piece, n - j))
+    cdef int k = fn_mask_kind(m + j, min(piece, n - j))
     cdef Py_ssize_t run
     cdef uint64_t w
     e[0] = j + min(piece, n - j)
     if k == 1:
-        while e[0] < n and mask_piece(m + e[0], min(piece, n - e[0])) == 1:
+        while e[0] < n and fn_mask_kind(m + e[0], min(piece, n - e[0])) == 1:
             e[0] = e[0] + min(piece, n - e[0])
-        e[0] = e[0] + leading_run(m + e[0], min(piece, n - e[0]), True)
+        e[0] = e[0] + fn_mask_lead(m + e[0], min(piece, n - e[0]), True)
     elif k == 2 and e[0] - j >= MASK_RUN_MIN:
         # (a first word of mixed bytes starts no run: no count)
         memcpy(&w, m + j, 8)
         if w == 0 or not zero_byte(w):
-            run = leading_run(m + j, e[0] - j, m[j] != 0)
+            run = fn_mask_lead(m + j, e[0] - j, m[j] != 0)
             if run >= MASK_RUN_MIN:
                 e[0] = j + run
                 k = 1 if m[j] else 0

@@ -441,6 +441,60 @@ static inline fn_vd fn_bytes_mask(const unsigned char *m)
 #endif
 }
 
+/* Of the n where= bytes at m: 0 none set, 1 every one set, 2 some; and
+ * how many from the first on are set (`selected`) or unset.  A vector of
+ * bytes a step where the machine has AVX2, else a word. */
+static inline int fn_mask_kind(const unsigned char *m, ptrdiff_t n)
+{
+    uint64_t some = 0, unset = 0, w;
+    ptrdiff_t i = 0;
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__AVX2__)
+    __m256i vs = _mm256_setzero_si256(), vu = _mm256_setzero_si256(), v;
+    for (; i + 32 <= n; i += 32) {
+        v = _mm256_loadu_si256((const __m256i *)(m + i));
+        vs = _mm256_or_si256(vs, v);
+        vu = _mm256_or_si256(vu, _mm256_cmpeq_epi8(v, _mm256_setzero_si256()));
+    }
+    some = !_mm256_testz_si256(vs, vs);
+    unset = !_mm256_testz_si256(vu, vu);
+#endif
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, m + i, 8);
+        some |= w;
+        unset |= ((w - (uint64_t)0x0101010101010101) & ~w & (uint64_t)0x8080808080808080);
+    }
+    for (; i < n; i++) {
+        some |= m[i];
+        unset |= m[i] == 0;
+    }
+    return unset == 0 ? 1 : (some != 0 ? 2 : 0);
+}
+
+static inline ptrdiff_t fn_mask_lead(const unsigned char *m, ptrdiff_t n, int selected)
+{
+    ptrdiff_t i = 0;
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__AVX2__)
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(m + i));
+        uint32_t zero = (uint32_t)_mm256_movemask_epi8(
+            _mm256_cmpeq_epi8(v, _mm256_setzero_si256()));
+        uint32_t stop = selected ? zero : ~zero;
+        if (stop != 0)
+            return i + __builtin_ctz(stop);
+    }
+#endif
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, m + i, 8);
+        if (selected ? ((w - (uint64_t)0x0101010101010101) & ~w & (uint64_t)0x8080808080808080) != 0
+                     : w != 0)
+            break;
+    }
+    while (i < n && (m[i] != 0) == selected)
+        i++;
+    return i;
+}
+
 #if defined(__GNUC__) || defined(__clang__)
 #define FN_PREFETCH(p, locality) __builtin_prefetch((p), 0, (locality))
 #else

@@ -28,6 +28,8 @@ cdef extern from "simd.h" nogil:
     fn_vd fn_masked(fn_vd a, fn_vd mask)
     fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
     fn_vd fn_bytes_mask(const unsigned char* m)
+    int fn_mask_kind(const unsigned char* m, Py_ssize_t n)
+    Py_ssize_t fn_mask_lead(const unsigned char* m, Py_ssize_t n, bint selected)
     bint fn_all_between(fn_vd a, double lo, double hi)
     fn_vd fn_hsum_rows(const fn_vd* v)
     double fn_hsum(fn_vd a)
