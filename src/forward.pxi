@@ -226,26 +226,22 @@ cdef inline void out_all(const SlicePlan* p, const Odometer* s, const Odometer* 
                        b + j * sb, sb, 1, m, k2, k0)
 
 
-cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
-                         Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead, bint down,
-                         in_t* ki, out_t* ko) noexcept nogil:
-    """The output of values start .. start + n of run r of slice s (out_all);
-    with where=, of those selected: contiguous data a piece of the mask at
-    a time (next_piece: whole stretches selected as they are, mixed pieces
-    lane by lane), other data each stretch of selected values alone.  A
+cdef void out_selected(const SlicePlan* p, const Odometer* s, const Odometer* r,
+                       Py_ssize_t start, Py_ssize_t n, Coef c, in_t* ki,
+                       out_t* ko) noexcept nogil:
+    """where=: the output of the selected values among start .. start + n
+    of run r of slice s: contiguous data a piece of the mask at a time
+    (next_piece: whole stretches selected as they are, mixed pieces lane
+    by lane), other data each stretch of selected values alone.  A
     streamed stretch's last part line goes as a piece (with its bytes,
-    all set): streamed, a part line costs the memory a read and a write."""
+    all set): streamed, a part line costs the memory a read and a write.
+    (Not inlined: out_run's unmasked code stays as small as it is.)"""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     cdef Py_ssize_t sm = inner.stride[OP_M], j = 0, e, cut
-    cdef const unsigned char* m
+    cdef const unsigned char* m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
     cdef bint pieces = (sm == 1 and inner.stride[OP_X] == sizeof(in_t)
                         and inner.stride[OP_Y] == sizeof(out_t))
-    cdef int k
-    if p.L.base[OP_M] == NULL:
-        out_all(p, s, r, start, n, c, ahead, down, NULL, ki, ko)
-        return
-    m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
-    k = next_part(m, sm, n, pieces, &j, &e)
+    cdef int k = next_part(m, sm, n, pieces, &j, &e)
     while k != 0:
         cut = e
         if k == 1 and pieces and p.R.stream:
@@ -260,6 +256,17 @@ cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* 
             out_all(p, s, r, start + cut, e - cut, c, NULL, False, m + cut, ki, ko)
         j = e
         k = next_part(m, sm, n, pieces, &j, &e)
+
+
+cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
+                         Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead, bint down,
+                         in_t* ki, out_t* ko) noexcept nogil:
+    """The output of values start .. start + n of run r of slice s (out_all);
+    with where=, of those selected (out_selected)."""
+    if p.L.base[OP_M] == NULL:
+        out_all(p, s, r, start, n, c, ahead, down, NULL, ki, ko)
+    else:
+        out_selected(p, s, r, start, n, c, ki, ko)
 
 
 ctypedef fused table_t:
@@ -711,8 +718,8 @@ cdef inline void row_sums_begin(RowSums* u, const SlicePlan* p, const Odometer* 
     row_sums_block(u, p, ki)
 
 
-cdef inline bint row_sums_parts(RowSums* u, const SlicePlan* p, const char* x, Py_ssize_t n,
-                                Py_ssize_t upto, in_t* ki) noexcept nogil:
+cdef bint row_sums_parts(RowSums* u, const SlicePlan* p, const char* x, Py_ssize_t n,
+                        Py_ssize_t upto, in_t* ki) noexcept nogil:
     """where=: the parts of the block at x (n values) up to `upto` (from the
     block's start); true once the block is done."""
     cdef Py_ssize_t lanes = FN_NV * FN_W, w = sizeof(in_t), j1
