@@ -689,13 +689,13 @@ cdef struct RowSums:
 cdef inline void row_sums_block(RowSums* u, const SlicePlan* p, in_t* ki) noexcept nogil:
     cdef Py_ssize_t n
     cdef const char* x = stat_block(p, u.x, sizeof(in_t), u.b, &n)
-    u.j = 0
     if u.m != NULL:
         u.block = moments_empty()
         u.pj = 0
         u.pk = -1
         return
     lanes_begin(&u.t, x, sizeof(in_t), n, stat_ahead_end(p, u.x, sizeof(in_t), p.x_end), ki)
+    u.j = 0
 
 
 cdef inline void row_sums_begin(RowSums* u, const SlicePlan* p, const Odometer* s,
@@ -718,41 +718,6 @@ cdef inline void row_sums_begin(RowSums* u, const SlicePlan* p, const Odometer* 
     row_sums_block(u, p, ki)
 
 
-cdef bint row_sums_parts(RowSums* u, const SlicePlan* p, const char* x, Py_ssize_t n,
-                        Py_ssize_t upto, in_t* ki) noexcept nogil:
-    """where=: the parts of the block at x (n values) up to `upto` (from the
-    block's start); true once the block is done."""
-    cdef Py_ssize_t lanes = FN_NV * FN_W, w = sizeof(in_t), j1
-    cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
-    cdef const unsigned char* m = u.m + u.b * CHUNK
-    cdef bint squares = p.mode == MODE_RMS
-    cdef Moments part
-    while u.pj < n:
-        if u.pk < 0:
-            u.pk = next_piece(m, n, piece, u.pj, &u.pe)
-            if u.pk == 1:
-                lanes_begin(&u.t, x + u.pj * w, w, u.pe - u.pj,
-                            stat_ahead_end(p, u.x, w, p.x_end), ki)
-                u.j = 0
-        if u.pk == 1:
-            j1 = max(<Py_ssize_t>0, min(u.pe, upto) - u.pj) // lanes
-            if j1 > u.j:
-                lanes_steps(&u.t, x + u.pj * w, sizeof(in_t), u.j, j1, u.pivot, squares, ki)
-                u.j = j1
-            if upto < u.pe:
-                return False
-            part = run_end(&u.t, x + u.pj * w, w, u.pe - u.pj, u.pivot, squares, ki)
-            moments_merge(&u.block, &part)
-        elif u.pk == 2:
-            if upto < u.pe:
-                return False
-            part = selected_lanes(x + u.pj * w, m + u.pj, u.pe - u.pj, u.pivot, squares, ki)
-            moments_merge(&u.block, &part)
-        u.pj = u.pe
-        u.pk = -1
-    return True
-
-
 cdef inline void row_sums_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
                              in_t* ki) noexcept nogil:
     """Sum the run's values up to `upto`: whole steps of each block, and a
@@ -766,19 +731,60 @@ cdef inline void row_sums_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
     while u.b < p.stat_chunks:
         start = u.b * CHUNK
         x = stat_block(p, u.x, sizeof(in_t), u.b, &n)
-        if u.m != NULL:
-            if not row_sums_parts(u, p, x, n, upto - start, ki):
-                return
-            m = u.block
-        else:
-            j1 = max(<Py_ssize_t>0, min(n, upto - start)) // lanes
-            if j1 > u.j:
-                lanes_steps(&u.t, x, sizeof(in_t), u.j, j1, u.pivot, squares, ki)
-                u.j = j1
-            if upto < start + n:
-                return
-            m = run_end(&u.t, x, sizeof(in_t), n, u.pivot, squares, ki)
+        j1 = max(<Py_ssize_t>0, min(n, upto - start)) // lanes
+        if j1 > u.j:
+            lanes_steps(&u.t, x, sizeof(in_t), u.j, j1, u.pivot, squares, ki)
+            u.j = j1
+        if upto < start + n:
+            return
+        m = run_end(&u.t, x, sizeof(in_t), n, u.pivot, squares, ki)
         moments_merge(&u.acc, &m)
+        u.b = u.b + 1
+        if u.b < p.stat_chunks:
+            row_sums_block(u, p, ki)
+
+
+cdef void row_sums_selected_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
+                               in_t* ki) noexcept nogil:
+    """row_sums_to with where=: each block's parts up to `upto`, in
+    selected_moments' operations and order (its bits).  (Not inlined, so
+    that the unmasked sums keep their code.)"""
+    cdef Py_ssize_t lanes = FN_NV * FN_W, w = sizeof(in_t), start, n, j1
+    cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
+    cdef const unsigned char* m
+    cdef const char* x
+    cdef bint squares = p.mode == MODE_RMS
+    cdef Moments part
+    while u.b < p.stat_chunks:
+        start = u.b * CHUNK
+        x = stat_block(p, u.x, w, u.b, &n)
+        m = u.m + start
+        while u.pj < n:
+            if u.pk < 0:
+                u.pk = next_piece(m, n, piece, u.pj, &u.pe)
+                if u.pk == 1:
+                    lanes_begin(&u.t, x + u.pj * w, w, u.pe - u.pj,
+                                stat_ahead_end(p, u.x, w, p.x_end), ki)
+                    u.j = 0
+            if u.pk == 1:
+                j1 = max(<Py_ssize_t>0, min(u.pe, upto - start) - u.pj) // lanes
+                if j1 > u.j:
+                    lanes_steps(&u.t, x + u.pj * w, sizeof(in_t), u.j, j1, u.pivot, squares,
+                                ki)
+                    u.j = j1
+                if upto < start + u.pe:
+                    return
+                part = run_end(&u.t, x + u.pj * w, w, u.pe - u.pj, u.pivot, squares, ki)
+                moments_merge(&u.block, &part)
+            elif u.pk == 2:
+                if upto < start + u.pe:
+                    return
+                part = selected_lanes(x + u.pj * w, m + u.pj, u.pe - u.pj, u.pivot, squares,
+                                      ki)
+                moments_merge(&u.block, &part)
+            u.pj = u.pe
+            u.pk = -1
+        moments_merge(&u.acc, &u.block)
         u.b = u.b + 1
         if u.b < p.stat_chunks:
             row_sums_block(u, p, ki)
@@ -820,7 +826,9 @@ cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
         end = min(n, lead + piece)
         while True:
             out_run(p, &s, &r, start, end - start, c, NULL, False, ki, ko)
-            if more:
+            if more and u.m != NULL:
+                row_sums_selected_to(&u, p, end, ki)
+            elif more:
                 row_sums_to(&u, p, end, ki)
             if end == n:
                 break
