@@ -699,8 +699,8 @@ cdef inline void row_sums_block(RowSums* u, const SlicePlan* p, in_t* ki) noexce
 
 
 cdef inline void row_sums_begin(RowSums* u, const SlicePlan* p, const Odometer* s,
-                                in_t* ki) noexcept nogil:
-    """Empty sums for slice s; its mask (if any) constant along the run or
+                                bint masked, in_t* ki) noexcept nogil:
+    """Empty sums for slice s; its mask (`masked`) constant along the run or
     contiguous (the planner routes no other here)."""
     cdef const Layout* L = p.L
     u.x = L.base[OP_X] + s.off[OP_X]
@@ -708,7 +708,7 @@ cdef inline void row_sums_begin(RowSums* u, const SlicePlan* p, const Odometer* 
     u.acc = moments_empty()
     u.b = 0
     u.m = NULL
-    if L.base[OP_M] != NULL:
+    if masked:
         u.m = <const unsigned char*>(L.base[OP_M] + s.off[OP_M])
         if L.red[L.n_red - 1].stride[OP_M] == 0:
             if not u.m[0]:
@@ -790,8 +790,8 @@ cdef void row_sums_selected_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
             row_sums_block(u, p, ki)
 
 
-cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
-                     out_t* ko) noexcept nogil:
+cdef inline void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count,
+                          bint masked, in_t* ki, out_t* ko) noexcept nogil:
     """WAY_TURNS: slices first .. first + count, single contiguous runs from
     memory.  Slice k's output goes in pieces of TURN_BYTES, each followed by
     the statistics of as many values of slice k + 1, so that reads and
@@ -801,8 +801,9 @@ cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
     The pieces end where y's address (streamed: fn_head) or the run's
     offset is a multiple of 64 bytes, so that every piece after the first
     starts where one call's vectors would: the output has one call's bits,
-    and the statistics have slice_coef's.  With where= (a mask constant
-    along the run or contiguous), each piece writes what it selects."""
+    and the statistics have slice_coef's.  With where= (`masked`: a mask
+    constant along the run or contiguous), each piece writes what it
+    selects."""
     cdef const Layout* L = p.L
     cdef Odometer s, s_next, r
     cdef RowSums u
@@ -818,15 +819,18 @@ cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
         if more:
             s_next = s
             odo_next(&s_next, L.kept, L.n_kept)
-            row_sums_begin(&u, p, &s_next, ki)
+            row_sums_begin(&u, p, &s_next, masked, ki)
         if p.R.stream:
             lead = (64 // osz - (<Py_ssize_t>(<size_t>(L.base[OP_Y] + s.off[OP_Y]) // osz)
                                  % (64 // osz))) % (64 // osz)
         start = 0
         end = min(n, lead + piece)
         while True:
-            out_run(p, &s, &r, start, end - start, c, NULL, False, ki, ko)
-            if more and u.m != NULL:
+            if masked:
+                out_selected(p, &s, &r, start, end - start, c, ki, ko)
+            else:
+                out_all(p, &s, &r, start, end - start, c, NULL, False, NULL, ki, ko)
+            if more and masked and u.m != NULL:
                 row_sums_selected_to(&u, p, end, ki)
             elif more:
                 row_sums_to(&u, p, end, ki)
@@ -838,6 +842,16 @@ cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_
             break
         c = finish(u.acc, u.pivot, p.mode, p.eps, L, s_next.off[OP_S])
         s = s_next
+
+
+cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
+                     out_t* ko) noexcept nogil:
+    """turns_of, its mask a constant in each call: the unmasked turns keep
+    the code they have without where=."""
+    if p.L.base[OP_M] != NULL:
+        turns_of(p, first, count, True, ki, ko)
+    else:
+        turns_of(p, first, count, False, ki, ko)
 
 
 cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
