@@ -41,6 +41,17 @@ cdef inline const double* param_at(const char* p) noexcept nogil:
     return <const double*>p
 
 
+# Tags of a schedule compiled twice, without and with where= (sel_t), so
+# that the unmasked one keeps the code it has without the masked branches.
+cdef struct Unmasked:
+    char unused
+cdef struct Masked:
+    char unused
+ctypedef fused sel_t:
+    Unmasked
+    Masked
+
+
 # ---------------------------------------------------------------------------
 # SLICES: the innermost axis is reduced.  A slice is n_runs runs (the outer
 # reduced axes) of run_len values (the inner one), each cut into CHUNK blocks.
@@ -226,16 +237,15 @@ cdef inline void out_all(const SlicePlan* p, const Odometer* s, const Odometer* 
                        b + j * sb, sb, 1, m, k2, k0)
 
 
-cdef void out_selected(const SlicePlan* p, const Odometer* s, const Odometer* r,
-                       Py_ssize_t start, Py_ssize_t n, Coef c, in_t* ki,
-                       out_t* ko) noexcept nogil:
+cdef inline void out_selected(const SlicePlan* p, const Odometer* s, const Odometer* r,
+                              Py_ssize_t start, Py_ssize_t n, Coef c, in_t* ki,
+                              out_t* ko) noexcept nogil:
     """where=: the output of the selected values among start .. start + n
     of run r of slice s: contiguous data a piece of the mask at a time
     (next_piece: whole stretches selected as they are, mixed pieces lane
     by lane), other data each stretch of selected values alone.  A
     streamed stretch's last part line goes as a piece (with its bytes,
-    all set): streamed, a part line costs the memory a read and a write.
-    (Not inlined: out_run's unmasked code stays as small as it is.)"""
+    all set): streamed, a part line costs the memory a read and a write."""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     cdef Py_ssize_t sm = inner.stride[OP_M], j = 0, e, cut
     cdef const unsigned char* m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
@@ -670,8 +680,8 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
 
 # The statistics of a single contiguous run taken a piece at a time
 # (rows_turns): its finished blocks merged, the sums of the one under way.
-# With where=, a block's parts (next_piece's) go in turn as selected_moments
-# takes them: a stretch of selected values step by step, a mixed piece whole.
+# With where=, a block's parts (next_piece's) go whole, in turn, as
+# selected_moments takes them.
 cdef struct RowSums:
     Lanes t
     Moments acc
@@ -679,7 +689,7 @@ cdef struct RowSums:
     const char* x
     const unsigned char* m   # where=: the mask's byte of x's first value, else NULL
     Py_ssize_t b             # the block under way, CHUNK values each
-    Py_ssize_t j             # its steps summed (with where=, the stretch's)
+    Py_ssize_t j             # its steps summed
     Py_ssize_t pj            # (where=) the part under way: [pj, pe) of the block,
     Py_ssize_t pe            # its kind in pk (next_piece's; -1 none yet)
     int pk
@@ -744,12 +754,11 @@ cdef inline void row_sums_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
             row_sums_block(u, p, ki)
 
 
-cdef void row_sums_selected_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
-                               in_t* ki) noexcept nogil:
-    """row_sums_to with where=: each block's parts up to `upto`, in
-    selected_moments' operations and order (its bits).  (Not inlined, so
-    that the unmasked sums keep their code.)"""
-    cdef Py_ssize_t lanes = FN_NV * FN_W, w = sizeof(in_t), start, n, j1
+cdef inline void row_sums_selected_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
+                                      in_t* ki) noexcept nogil:
+    """row_sums_to with where=: each block's parts (next_piece's) that end
+    by `upto`, whole, as selected_moments takes them (its bits)."""
+    cdef Py_ssize_t w = sizeof(in_t), start, n
     cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
     cdef const unsigned char* m
     cdef const char* x
@@ -762,23 +771,13 @@ cdef void row_sums_selected_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
         while u.pj < n:
             if u.pk < 0:
                 u.pk = next_piece(m, n, piece, u.pj, &u.pe)
-                if u.pk == 1:
-                    lanes_begin(&u.t, x + u.pj * w, w, u.pe - u.pj,
-                                stat_ahead_end(p, u.x, w, p.x_end), ki)
-                    u.j = 0
+            if upto < start + u.pe:
+                return
             if u.pk == 1:
-                j1 = max(<Py_ssize_t>0, min(u.pe, upto - start) - u.pj) // lanes
-                if j1 > u.j:
-                    lanes_steps(&u.t, x + u.pj * w, sizeof(in_t), u.j, j1, u.pivot, squares,
-                                ki)
-                    u.j = j1
-                if upto < start + u.pe:
-                    return
-                part = run_end(&u.t, x + u.pj * w, w, u.pe - u.pj, u.pivot, squares, ki)
+                part = run_moments(x + u.pj * w, w, u.pe - u.pj, u.pivot,
+                                   stat_ahead_end(p, u.x, w, p.x_end), squares, ki)
                 moments_merge(&u.block, &part)
             elif u.pk == 2:
-                if upto < start + u.pe:
-                    return
                 part = selected_lanes(x + u.pj * w, m + u.pj, u.pe - u.pj, u.pivot, squares,
                                       ki)
                 moments_merge(&u.block, &part)
@@ -790,8 +789,8 @@ cdef void row_sums_selected_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
             row_sums_block(u, p, ki)
 
 
-cdef inline void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count,
-                          bint masked, in_t* ki, out_t* ko) noexcept nogil:
+cdef void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
+                   out_t* ko, sel_t* sk) noexcept nogil:
     """WAY_TURNS: slices first .. first + count, single contiguous runs from
     memory.  Slice k's output goes in pieces of TURN_BYTES, each followed by
     the statistics of as many values of slice k + 1, so that reads and
@@ -801,8 +800,8 @@ cdef inline void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count
     The pieces end where y's address (streamed: fn_head) or the run's
     offset is a multiple of 64 bytes, so that every piece after the first
     starts where one call's vectors would: the output has one call's bits,
-    and the statistics have slice_coef's.  With where= (`masked`: a mask
-    constant along the run or contiguous), each piece writes what it
+    and the statistics have slice_coef's.  With where= (sel_t Masked: a
+    mask constant along the run or contiguous), each piece writes what it
     selects."""
     cdef const Layout* L = p.L
     cdef Odometer s, s_next, r
@@ -810,7 +809,7 @@ cdef inline void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count
     cdef Coef c
     cdef Py_ssize_t k, start, end, n = p.run_len, osz = sizeof(out_t)
     cdef Py_ssize_t piece = TURN_BYTES // osz, lead = 0
-    cdef bint more
+    cdef bint more, masked = sel_t is Masked
     odo_init(&s, L.kept, L.n_kept, first)
     odo_init(&r, L.red, L.n_red - 1, 0)
     c = slice_coef(p, first, &s, ki)
@@ -846,12 +845,13 @@ cdef inline void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count
 
 cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
                      out_t* ko) noexcept nogil:
-    """turns_of, its mask a constant in each call: the unmasked turns keep
-    the code they have without where=."""
+    """turns_of without where= or with it."""
+    cdef Unmasked plain
+    cdef Masked masked
     if p.L.base[OP_M] != NULL:
-        turns_of(p, first, count, True, ki, ko)
+        turns_of(p, first, count, ki, ko, &masked)
     else:
-        turns_of(p, first, count, False, ki, ko)
+        turns_of(p, first, count, ki, ko, &plain)
 
 
 cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
