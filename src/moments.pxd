@@ -312,11 +312,6 @@ cdef inline Moments run_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
 # elsewhere, whatever x holds there): shifted sums about the piece's first
 # selected value, one merge a piece.
 
-cdef inline bint zero_byte(uint64_t w) noexcept nogil:
-    """Whether a byte of w is 0 (the classic test: its high bit survives)."""
-    return ((w - <uint64_t>0x0101010101010101) & ~w & <uint64_t>0x8080808080808080) != 0
-
-
 cdef inline int next_piece(const unsigned char* m, Py_ssize_t n, Py_ssize_t piece, Py_ssize_t j,
                            Py_ssize_t* e) noexcept nogil:
     """The mask's n bytes at m read from j on, a piece at a time: the kind of
@@ -335,7 +330,7 @@ cdef inline int next_piece(const unsigned char* m, Py_ssize_t n, Py_ssize_t piec
     elif k == 2 and e[0] - j >= MASK_RUN_MIN:
         # (a first word of mixed bytes starts no run: no count)
         memcpy(&w, m + j, 8)
-        if w == 0 or not zero_byte(w):
+        if w == 0 or not fn_zero_byte(w):
             run = fn_mask_lead(m + j, e[0] - j, m[j] != 0)
             if run >= MASK_RUN_MIN:
                 e[0] = j + run
@@ -361,7 +356,7 @@ cdef inline Py_ssize_t next_stretch(const unsigned char* m, Py_ssize_t sm, Py_ss
     if sm == 1:
         while e[0] + 8 <= n:
             memcpy(&w, m + e[0], 8)
-            if zero_byte(w):
+            if fn_zero_byte(w):
                 break
             e[0] = e[0] + 8
     while e[0] < n and m[e[0] * sm]:

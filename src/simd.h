@@ -441,6 +441,12 @@ static inline fn_vd fn_bytes_mask(const unsigned char *m)
 #endif
 }
 
+/* Whether a byte of w is 0 (the classic test: its high bit survives). */
+static inline int fn_zero_byte(uint64_t w)
+{
+    return ((w - (uint64_t)0x0101010101010101) & ~w & (uint64_t)0x8080808080808080) != 0;
+}
+
 /* Of the n where= bytes at m: 0 none set, 1 every one set, 2 some; and
  * how many from the first on are set (`selected`) or unset.  A vector of
  * bytes a step where the machine has AVX2, else a word. */
@@ -461,7 +467,7 @@ static inline int fn_mask_kind(const unsigned char *m, ptrdiff_t n)
     for (; i + 8 <= n; i += 8) {
         memcpy(&w, m + i, 8);
         some |= w;
-        unset |= ((w - (uint64_t)0x0101010101010101) & ~w & (uint64_t)0x8080808080808080);
+        unset |= fn_zero_byte(w);
     }
     for (; i < n; i++) {
         some |= m[i];
@@ -486,8 +492,7 @@ static inline ptrdiff_t fn_mask_lead(const unsigned char *m, ptrdiff_t n, int se
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, m + i, 8);
-        if (selected ? ((w - (uint64_t)0x0101010101010101) & ~w & (uint64_t)0x8080808080808080) != 0
-                     : w != 0)
+        if (selected ? fn_zero_byte(w) : w != 0)
             break;
     }
     while (i < n && (m[i] != 0) == selected)

@@ -2,6 +2,8 @@
 # Vector primitives (simd.h) and the fused-type adapters that let
 # each kernel be written once for float16, float32 and float64 data.
 
+from libc.stdint cimport uint64_t
+
 cdef extern from "simd.h" nogil:
     ctypedef struct fn_vd:
         pass
@@ -28,6 +30,7 @@ cdef extern from "simd.h" nogil:
     fn_vd fn_masked(fn_vd a, fn_vd mask)
     fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
     fn_vd fn_bytes_mask(const unsigned char* m)
+    bint fn_zero_byte(uint64_t w)
     int fn_mask_kind(const unsigned char* m, Py_ssize_t n)
     Py_ssize_t fn_mask_lead(const unsigned char* m, Py_ssize_t n, bint selected)
     bint fn_all_between(fn_vd a, double lo, double hi)
