@@ -41,17 +41,6 @@ cdef inline const double* param_at(const char* p) noexcept nogil:
     return <const double*>p
 
 
-# Tags of a schedule compiled twice, without and with where= (sel_t), so
-# that the unmasked one keeps the code it has without the masked branches.
-cdef struct Unmasked:
-    char unused
-cdef struct Masked:
-    char unused
-ctypedef fused sel_t:
-    Unmasked
-    Masked
-
-
 # ---------------------------------------------------------------------------
 # SLICES: the innermost axis is reduced.  A slice is n_runs runs (the outer
 # reduced axes) of run_len values (the inner one), each cut into CHUNK blocks.
@@ -237,28 +226,32 @@ cdef inline void out_all(const SlicePlan* p, const Odometer* s, const Odometer* 
                        b + j * sb, sb, 1, m, k2, k0)
 
 
-cdef inline void out_selected(const SlicePlan* p, const Odometer* s, const Odometer* r,
-                              Py_ssize_t start, Py_ssize_t n, Coef c, in_t* ki,
-                              out_t* ko) noexcept nogil:
-    """where=: the output of the selected values among start .. start + n
-    of run r of slice s: contiguous data a piece of the mask at a time
-    (next_piece: whole stretches selected as they are, mixed pieces lane
-    by lane), other data each stretch of selected values alone.  A
+cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
+                         Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead, bint down,
+                         in_t* ki, out_t* ko) noexcept nogil:
+    """The output of values start .. start + n of run r of slice s (out_all);
+    with where=, of those selected: contiguous data a piece of the mask at
+    a time (next_piece: whole stretches selected as they are, mixed pieces
+    lane by lane), other data each stretch of selected values alone.  A
     streamed stretch's last part line goes as a piece (with its bytes,
     all set): streamed, a part line costs the memory a read and a write."""
     cdef const Axis* inner = &p.L.red[p.L.n_red - 1]
     cdef Py_ssize_t sm = inner.stride[OP_M], j = 0, e, cut
-    cdef const unsigned char* m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
+    cdef const unsigned char* m
     cdef bint pieces = (sm == 1 and inner.stride[OP_X] == sizeof(in_t)
                         and inner.stride[OP_Y] == sizeof(out_t))
-    cdef int k = next_part(m, sm, n, pieces, &j, &e)
+    cdef int k
+    if p.L.base[OP_M] == NULL:
+        out_all(p, s, r, start, n, c, ahead, down, NULL, ki, ko)
+        return
+    m = <const unsigned char*>run_start(p, s, r, OP_M) + start * sm
+    k = next_part(m, sm, n, pieces, &j, &e)
     while k != 0:
         cut = e
         if k == 1 and pieces and p.R.stream:
-            cut = e - <Py_ssize_t>((<size_t>(run_start(p, s, r, OP_Y) + (start + e)
-                                            * <Py_ssize_t>sizeof(out_t)) % 64)
-                                   // sizeof(out_t))
-            cut = max(cut, j)
+            cut = max(j, e - <Py_ssize_t>((<size_t>(run_start(p, s, r, OP_Y) + (start + e)
+                                                   * <Py_ssize_t>sizeof(out_t)) % 64)
+                                          // sizeof(out_t)))
         if cut > j:
             out_all(p, s, r, start + j, cut - j, c, NULL, False, NULL if k == 1 else m + j,
                     ki, ko)
@@ -266,17 +259,6 @@ cdef inline void out_selected(const SlicePlan* p, const Odometer* s, const Odome
             out_all(p, s, r, start + cut, e - cut, c, NULL, False, m + cut, ki, ko)
         j = e
         k = next_part(m, sm, n, pieces, &j, &e)
-
-
-cdef inline void out_run(const SlicePlan* p, const Odometer* s, const Odometer* r,
-                         Py_ssize_t start, Py_ssize_t n, Coef c, const char* ahead, bint down,
-                         in_t* ki, out_t* ko) noexcept nogil:
-    """The output of values start .. start + n of run r of slice s (out_all);
-    with where=, of those selected (out_selected)."""
-    if p.L.base[OP_M] == NULL:
-        out_all(p, s, r, start, n, c, ahead, down, NULL, ki, ko)
-    else:
-        out_selected(p, s, r, start, n, c, ki, ko)
 
 
 ctypedef fused table_t:
@@ -680,51 +662,28 @@ cdef void slice_whole(const SlicePlan* p, Py_ssize_t si, in_t* ki, out_t* ko) no
 
 # The statistics of a single contiguous run taken a piece at a time
 # (rows_turns): its finished blocks merged, the sums of the one under way.
-# With where=, a block's parts (next_piece's) go whole, in turn, as
-# selected_moments takes them.
 cdef struct RowSums:
     Lanes t
     Moments acc
-    Moments block            # (where=) the block's parts merged so far
     const char* x
-    const unsigned char* m   # where=: the mask's byte of x's first value, else NULL
     Py_ssize_t b             # the block under way, CHUNK values each
     Py_ssize_t j             # its steps summed
-    Py_ssize_t pj            # (where=) the part under way: [pj, pe) of the block,
-    Py_ssize_t pe            # its kind in pk (next_piece's; -1 none yet)
-    int pk
     double pivot
 
 
 cdef inline void row_sums_block(RowSums* u, const SlicePlan* p, in_t* ki) noexcept nogil:
     cdef Py_ssize_t n
     cdef const char* x = stat_block(p, u.x, sizeof(in_t), u.b, &n)
-    if u.m != NULL:
-        u.block = moments_empty()
-        u.pj = 0
-        u.pk = -1
-        return
     lanes_begin(&u.t, x, sizeof(in_t), n, stat_ahead_end(p, u.x, sizeof(in_t), p.x_end), ki)
     u.j = 0
 
 
 cdef inline void row_sums_begin(RowSums* u, const SlicePlan* p, const Odometer* s,
-                                bint masked, in_t* ki) noexcept nogil:
-    """Empty sums for slice s; its mask (`masked`) constant along the run or
-    contiguous (the planner routes no other here)."""
-    cdef const Layout* L = p.L
-    u.x = L.base[OP_X] + s.off[OP_X]
+                                in_t* ki) noexcept nogil:
+    u.x = p.L.base[OP_X] + s.off[OP_X]
     u.pivot = slice_pivot(p, s, ki)
     u.acc = moments_empty()
     u.b = 0
-    u.m = NULL
-    if masked:
-        u.m = <const unsigned char*>(L.base[OP_M] + s.off[OP_M])
-        if L.red[L.n_red - 1].stride[OP_M] == 0:
-            if not u.m[0]:
-                u.b = p.stat_chunks        # nothing selected: nothing to sum
-                return
-            u.m = NULL                     # all of it: an ordinary run
     row_sums_block(u, p, ki)
 
 
@@ -754,43 +713,8 @@ cdef inline void row_sums_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
             row_sums_block(u, p, ki)
 
 
-cdef inline void row_sums_selected_to(RowSums* u, const SlicePlan* p, Py_ssize_t upto,
-                                      in_t* ki) noexcept nogil:
-    """row_sums_to with where=: each block's parts (next_piece's) that end
-    by `upto`, whole, as selected_moments takes them (its bits)."""
-    cdef Py_ssize_t w = sizeof(in_t), start, n
-    cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
-    cdef const unsigned char* m
-    cdef const char* x
-    cdef bint squares = p.mode == MODE_RMS
-    cdef Moments part
-    while u.b < p.stat_chunks:
-        start = u.b * CHUNK
-        x = stat_block(p, u.x, w, u.b, &n)
-        m = u.m + start
-        while u.pj < n:
-            if u.pk < 0:
-                u.pk = next_piece(m, n, piece, u.pj, &u.pe)
-            if upto < start + u.pe:
-                return
-            if u.pk == 1:
-                part = run_moments(x + u.pj * w, w, u.pe - u.pj, u.pivot,
-                                   stat_ahead_end(p, u.x, w, p.x_end), squares, ki)
-                moments_merge(&u.block, &part)
-            elif u.pk == 2:
-                part = selected_lanes(x + u.pj * w, m + u.pj, u.pe - u.pj, u.pivot, squares,
-                                      ki)
-                moments_merge(&u.block, &part)
-            u.pj = u.pe
-            u.pk = -1
-        moments_merge(&u.acc, &u.block)
-        u.b = u.b + 1
-        if u.b < p.stat_chunks:
-            row_sums_block(u, p, ki)
-
-
-cdef void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
-                   out_t* ko, sel_t* sk) noexcept nogil:
+cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
+                     out_t* ko) noexcept nogil:
     """WAY_TURNS: slices first .. first + count, single contiguous runs from
     memory.  Slice k's output goes in pieces of TURN_BYTES, each followed by
     the statistics of as many values of slice k + 1, so that reads and
@@ -800,16 +724,14 @@ cdef void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t*
     The pieces end where y's address (streamed: fn_head) or the run's
     offset is a multiple of 64 bytes, so that every piece after the first
     starts where one call's vectors would: the output has one call's bits,
-    and the statistics have slice_coef's.  With where= (sel_t Masked: a
-    mask constant along the run or contiguous), each piece writes what it
-    selects."""
+    and the statistics have slice_coef's."""
     cdef const Layout* L = p.L
     cdef Odometer s, s_next, r
     cdef RowSums u
     cdef Coef c
     cdef Py_ssize_t k, start, end, n = p.run_len, osz = sizeof(out_t)
     cdef Py_ssize_t piece = TURN_BYTES // osz, lead = 0
-    cdef bint more, masked = sel_t is Masked
+    cdef bint more
     odo_init(&s, L.kept, L.n_kept, first)
     odo_init(&r, L.red, L.n_red - 1, 0)
     c = slice_coef(p, first, &s, ki)
@@ -818,20 +740,16 @@ cdef void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t*
         if more:
             s_next = s
             odo_next(&s_next, L.kept, L.n_kept)
-            row_sums_begin(&u, p, &s_next, masked, ki)
+            row_sums_begin(&u, p, &s_next, ki)
         if p.R.stream:
             lead = (64 // osz - (<Py_ssize_t>(<size_t>(L.base[OP_Y] + s.off[OP_Y]) // osz)
                                  % (64 // osz))) % (64 // osz)
         start = 0
         end = min(n, lead + piece)
         while True:
-            if masked:
-                out_selected(p, &s, &r, start, end - start, c, ki, ko)
-            else:
-                out_all(p, &s, &r, start, end - start, c, NULL, False, NULL, ki, ko)
-            if more and masked and u.m != NULL:
-                row_sums_selected_to(&u, p, end, ki)
-            elif more:
+            # (never masked: the planner keeps where= off this way)
+            out_all(p, &s, &r, start, end - start, c, NULL, False, NULL, ki, ko)
+            if more:
                 row_sums_to(&u, p, end, ki)
             if end == n:
                 break
@@ -841,17 +759,6 @@ cdef void turns_of(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t*
             break
         c = finish(u.acc, u.pivot, p.mode, p.eps, L, s_next.off[OP_S])
         s = s_next
-
-
-cdef void rows_turns(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,
-                     out_t* ko) noexcept nogil:
-    """turns_of without where= or with it."""
-    cdef Unmasked plain
-    cdef Masked masked
-    if p.L.base[OP_M] != NULL:
-        turns_of(p, first, count, ki, ko, &masked)
-    else:
-        turns_of(p, first, count, ki, ko, &plain)
 
 
 cdef void lanes_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t* ki,

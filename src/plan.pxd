@@ -626,7 +626,7 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     cdef int a
     route_init(R, L, nthreads, fresh, y_bytes)
     # where=: along slices only the schedules that walk runs one by one take
-    # a mask (whole slices or their blocks, in turns); columns, the tiles.
+    # a mask (the whole slice or its blocks); columns, the tiles.
     R.stream = has_y and stream_output(L, y_bytes, STREAM_MIN_BYTES, fresh)
     R.descend = R.stream and fresh
     R.fault_in = R.descend and R.threads > 1 and y_contiguous
@@ -711,8 +711,10 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         R.way = WAY_IMAGES
         return 0
     R.pattern = SLICES
-    if (not masked and (n_runs == 1 or R.flat) and L.slice_len >= SHORT_ROW_MIN
-            and stat_bytes <= R.row_max and contiguous):
+    if masked:
+        R.way = WAY_WHOLE if R.threads <= 1 or L.n_slices >= 2 * R.threads else WAY_SPLIT
+    elif ((n_runs == 1 or R.flat) and L.slice_len >= SHORT_ROW_MIN
+          and stat_bytes <= R.row_max and contiguous):
         R.way = WAY_ROWS
         # Rows that follow each other, gain and bias the same for every row:
         # one pass over the item's rows (float32 and float64 in and out).
@@ -725,8 +727,7 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
                       and (FN_WF <= 2 * run_len if xt == 1 else FN_W <= run_len))
         if xt == 1 and not R.f32:
             R.rows_out = False
-    elif (not masked and (n_runs == 1 or R.flat) and L.slice_len <= SHORT_SLICE_MAX
-          and mode != MODE_GIVEN):
+    elif (n_runs == 1 or R.flat) and L.slice_len <= SHORT_SLICE_MAX and mode != MODE_GIVEN:
         R.way = WAY_LANES
     elif R.short_runs or R.threads <= 1 or L.n_slices >= 2 * R.threads:
         R.way = WAY_WHOLE
@@ -735,11 +736,10 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
         # slice's statistics read with nothing written, its output writes
         # with nothing read; in turns, both are in flight at once.  (The
         # double pass has its own fetch of the next slice, next_fetch; a
-        # run of one piece would take its turns in the order it has.)  A
-        # mask goes too where it is contiguous or constant along the run.
+        # run of one piece would take its turns in the order it has.)
         if (n_runs == 1 and contiguous and has_y and mode != MODE_GIVEN and not R.descend
                 and R.f32 and x_bytes >= STREAM_MIN_BYTES and row_bytes > TURN_BYTES
-                and L.n_slices > 1 and (not masked or inner.stride[OP_M] in (0, 1))):
+                and L.n_slices > 1):
             R.way = WAY_TURNS
             R.batch = max(<Py_ssize_t>2, min(<Py_ssize_t>TURN_ROWS,
                                               L.n_slices // (TURN_ITEMS * R.threads)))
