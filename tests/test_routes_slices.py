@@ -33,6 +33,8 @@ such case has x end at the last readable byte of its memory (a read past
 what the call reads next would crash).  Every value is compared with the
 plain float64 reference on the same input.
 """
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -768,6 +770,56 @@ def test_turns_give_the_bits_of_whole_slices(n, threads, y_rows):
     assert_close(rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "rms_norm")
     ref_r = ref_rms_norm(x, (1,))[0]
     assert_close(fresh_rms, ref_r, 8 * tol(dtype) * (1 + np.abs(ref_r)), "fresh rms_norm")
+
+
+@pytest.mark.parametrize("mask", ["trailing", "leading", "random", "rows", "runs"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_masked_rows_from_memory_streamed(mask, threads):
+    # where= over rows from memory into a streamed out=: rows with
+    # trailing (or leading) padding of any length, none or all of a row
+    # selected, lanes at random, whole rows left out, long runs with mixed
+    # pieces between (each stretch's last part line goes through the
+    # blend).  The unselected values of y untouched, the rest right
+    # against float64.
+    n = 1000
+    x = at_the_end_of_memory(data((_T["stream_min_bytes"] // (n * 4) + 3, n), np.float32))
+    rows = x.shape[0]
+    rng = np.random.default_rng(rows)
+    lengths = rng.integers(0, n + 1, (rows, 1))
+    lengths[:3] = [[0], [n], [n - 1]]
+    where = {"trailing": np.arange(n) < lengths,
+             "leading": np.arange(n) >= lengths,
+             "random": rng.random((rows, n)) < 0.5,
+             "rows": rng.random((rows, 1)) < 0.7,
+             "runs": (np.arange(n) // rng.integers(1, 300, (rows, 1))) % 3 != 0}[mask]
+    g, b = rng.uniform(0.5, 2.0, n), rng.standard_normal(n)
+    sel = np.broadcast_to(where, x.shape)
+    y, rms = np.full(x.shape, -7, np.float32), np.full(x.shape, -7, np.float32)
+    fastnorm.set_num_threads(threads)
+    try:
+        assert_route(dict(WHOLE, threads=threads, streams=True), fastnorm.layer_norm, x, g, b,
+                     where=where, out=np.empty_like(x))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)     # rows none selected
+            _, mean, _ = fastnorm.layer_norm(x, g, b, where=where, out=y, return_stats=True)
+            fastnorm.rms_norm(x, g, where=where, out=rms)
+    finally:
+        fastnorm.set_num_threads(None)
+    assert (y[~sel] == -7).all() and (rms[~sel] == -7).all()
+    xd = x.astype(np.float64)
+    count = sel.sum(axis=1)
+    some = count > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu = np.where(sel, xd, 0).sum(axis=1) / count
+        var = np.where(sel, (xd - mu[:, None]) ** 2, 0).sum(axis=1) / count
+        ms = np.where(sel, xd * xd, 0).sum(axis=1) / count
+    assert np.isnan(mean.ravel()[~some]).all()
+    assert_close(mean.ravel()[some], mu[some], tol(np.float32) * (1 + np.abs(mu[some])), "mean")
+    want = (xd - mu[:, None]) / np.sqrt(var[:, None] + 1e-5) * g + b
+    keep = sel & some[:, None]
+    assert_close(y[keep], want[keep], 8 * tol(np.float32) * (1 + np.abs(want[keep])), "y")
+    want = xd / np.sqrt(ms[:, None] + 1e-5) * g
+    assert_close(rms[keep], want[keep], 8 * tol(np.float32) * (1 + np.abs(want[keep])), "rms")
 
 
 # The bytes of a turn's output piece (tuning.h's TURN_BYTES).
