@@ -447,9 +447,10 @@ static inline int fn_zero_byte(uint64_t w)
     return ((w - (uint64_t)0x0101010101010101) & ~w & (uint64_t)0x8080808080808080) != 0;
 }
 
-/* Of the n where= bytes at m: 0 none set, 1 every one set, 2 some; and
- * how many from the first on are set (`selected`) or unset.  A vector of
- * bytes a step where the machine has AVX2, else a word. */
+/* where= bytes, a vector of them a step where the machine has AVX2, else
+ * a word.  fn_mask_kind: of the n > 0 bytes at m, 0 none set, 1 every one
+ * set, 2 some.  fn_mask_lead: how many from the first on are set
+ * (`selected`) or unset. */
 static inline int fn_mask_kind(const unsigned char *m, ptrdiff_t n)
 {
     uint64_t some = 0, unset = 0, w;
