@@ -342,23 +342,14 @@ cdef inline Py_ssize_t next_stretch(const unsigned char* m, Py_ssize_t sm, Py_ss
                                     Py_ssize_t j, Py_ssize_t* e) noexcept nogil:
     """Among n mask bytes sm apart, the first set at or after j (n if none),
     and in e the end of the stretch of set bytes it starts; contiguous
-    bytes are passed over a word at a time."""
-    cdef uint64_t w
+    bytes are passed over a vector at a time (fn_mask_lead)."""
     if sm == 1:
-        while j + 8 <= n:
-            memcpy(&w, m + j, 8)
-            if w != 0:
-                break
-            j = j + 8
+        j = j + fn_mask_lead(m + j, n - j, False)
+        e[0] = j + fn_mask_lead(m + j, n - j, True)
+        return j
     while j < n and not m[j * sm]:
         j = j + 1
     e[0] = j
-    if sm == 1:
-        while e[0] + 8 <= n:
-            memcpy(&w, m + e[0], 8)
-            if fn_zero_byte(w):
-                break
-            e[0] = e[0] + 8
     while e[0] < n and m[e[0] * sm]:
         e[0] = e[0] + 1
     return j
