@@ -5,10 +5,11 @@ import warnings
 import numpy as np
 
 from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps, check_out,
-                    check_training, keepdims_shape, param, result_dtypes, running_stat,
-                    selected_values, split_out)
+                    check_training, keepdims_shape, nan_policy_of, param, result_dtypes,
+                    running_stat, selected_values, split_out)
 from . import _simd
 from ._call import forward, normalize
+from ._missing import omitted_normalize, omitted_stats, refuse_nan
 from ._running import running_rstd, update_running
 from ._lazy import any_dask, via_dask
 from ._where import Input, Selection, as_where
@@ -19,7 +20,8 @@ _CENTER = _simd.kernels.MODES["center"]
 _RMS = _simd.kernels.MODES["rms"]
 
 
-def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, where=None):
+def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, where=None,
+             nan_policy="propagate"):
     """Mean and variance in one pass.
 
     Welford updates within blocks (float16/float32 runs: sums shifted by a
@@ -109,10 +111,11 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
     >>> v
     array([1., 1., 1.])
     """
-    if where is None:
+    if where is None and nan_policy == "propagate":
         fast = _simd.kernels.fast_mean_var(x, axis, ddof, keepdims, dtype, out)
         if fast is not None:
             return fast
+    policy = nan_policy_of(nan_policy)
     if any_dask(x, where):
         return via_dask(mean_var, locals())
     inp = Input(x, where)
@@ -131,7 +134,11 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
                 check_out(o, name, shape, res_dtype)
     else:
         out = (None, None)
-    if where is None:
+    if policy == "raise":
+        refuse_nan(x)
+    if policy == "omit":
+        s0, m2, n = omitted_stats(x, axes, where)
+    elif where is None:
         n = math.prod(x.shape[i] for i in axes)
         s0, m2, _ = forward(x, axes, "stats")
     else:
@@ -140,7 +147,7 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
     if x.size > 0 and not np.all(np.asarray(n) - ddof > 0):
         warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
     var = _simd.kernels.variance(m2, n, ddof, overwrite=True)   # m2 is ours: no second array
-    empty = None if where is None or not inp.masked else (n == 0).reshape(shape)
+    empty = None if np.ndim(n) == 0 or not inp.masked else (n == 0).reshape(shape)
     results = []
     for stat, o in zip((s0, var), out):
         stat = stat.reshape(shape)
@@ -150,7 +157,7 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
 
 
 def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
-               dtype=None, return_stats=False, where=None):
+               dtype=None, return_stats=False, where=None, nan_policy="propagate"):
     """Layer normalization: ``(x - mean) * rstd * gamma + beta``.
 
     Statistics (mean and biased variance) are taken over ``axis`` for each
@@ -236,11 +243,12 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     array([[-1.2247,  0.    ,  1.2247],
            [-0.7071, -0.7071,  1.4142]])
     """
-    if where is None:
+    if where is None and nan_policy == "propagate":
         y = _simd.kernels.fast_norm(_CENTER, x, gamma, beta, axis, eps, out, dtype,
                                     return_stats)
         if y is not None:
             return y
+    policy = nan_policy_of(nan_policy)
     if any_dask(x, gamma, beta, where):
         return via_dask(layer_norm, locals())
     inp = Input(x, where)
@@ -250,14 +258,21 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     gamma = param(gamma, "gamma", x.shape, axes)
     beta = param(beta, "beta", x.shape, axes)
     sel = Selection(inp, x, axes)
-    y, (mean, rstd, _), sdt, outs = normalize(
-        x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-        n_stats=2 if return_stats else 0, want_stats=return_stats, **sel.kernel_args())
+    if policy == "raise":
+        refuse_nan(x)
+    if policy == "omit":
+        y, (mean, rstd, _, _), sdt, outs = omitted_normalize(
+            x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
+            n_stats=2 if return_stats else 0, sel=sel)
+    else:
+        y, (mean, rstd, _), sdt, outs = normalize(
+            x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
+            n_stats=2 if return_stats else 0, want_stats=return_stats, **sel.kernel_args())
     return sel.results(y, out, return_stats and (mean, rstd), sdt, outs)
 
 
 def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
-             return_stats=False, where=None):
+             return_stats=False, where=None, nan_policy="propagate"):
     """RMS normalization: ``x * rstd * gamma`` with ``rstd = 1/sqrt(mean(x**2) + eps)``.
 
     Layer normalization without the centring and the bias (Zhang &
@@ -331,10 +346,11 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     >>> fastnorm.rms_norm(np.array([3.0, 4.0]), eps=0.0).round(4)
     array([0.8485, 1.1314])
     """
-    if where is None:
+    if where is None and nan_policy == "propagate":
         y = _simd.kernels.fast_norm(_RMS, x, gamma, None, axis, eps, out, dtype, return_stats)
         if y is not None:
             return y
+    policy = nan_policy_of(nan_policy)
     if any_dask(x, gamma, where):
         return via_dask(rms_norm, locals())
     inp = Input(x, where)
@@ -343,15 +359,22 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     eps = check_eps(eps)
     gamma = param(gamma, "gamma", x.shape, axes)
     sel = Selection(inp, x, axes)
-    y, (_, rstd, _), sdt, outs = normalize(
-        x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
-        n_stats=1 if return_stats else 0, want_stats=return_stats, **sel.kernel_args())
+    if policy == "raise":
+        refuse_nan(x)
+    if policy == "omit":
+        y, (_, rstd, _, _), sdt, outs = omitted_normalize(
+            x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
+            n_stats=1 if return_stats else 0, sel=sel)
+    else:
+        y, (_, rstd, _), sdt, outs = normalize(
+            x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
+            n_stats=1 if return_stats else 0, want_stats=return_stats, **sel.kernel_args())
     return sel.results(y, out, return_stats and (rstd,), sdt, outs)
 
 
 def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
                training=True, momentum=0.1, eps=1e-5, axis=None, out=None,
-               dtype=None, return_stats=False, where=None):
+               dtype=None, return_stats=False, where=None, nan_policy="propagate"):
     """Batch normalization, training (batch statistics) or eval (running ones).
 
     Training normalizes each feature (each index of the kept axes, the
@@ -467,11 +490,12 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     >>> rm, rv
     (array([0.2, 2. ]), array([ 1.1, 20.9]))
     """
-    if where is None:
+    if where is None and nan_policy == "propagate":
         y = _simd.kernels.fast_batch_norm(x, gamma, beta, running_mean, running_var, training,
                                           momentum, eps, axis, out, dtype, return_stats)
         if y is not None:
             return y
+    policy = nan_policy_of(nan_policy)
     if any_dask(x, gamma, beta, running_mean, running_var, where):
         return via_dask(batch_norm, locals())
     inp = Input(x, where)
@@ -485,6 +509,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         raise ValueError("running_mean and running_var go together: give both or neither")
     n_stats = 2 if return_stats else 0
     sel = Selection(inp, x, axes)
+    if policy == "raise":
+        refuse_nan(x)
 
     if not training:
         if running_mean is None:
@@ -510,11 +536,17 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             outs = split_out(out, 1 + n_stats)
             check_disjoint([("running_mean", running_mean), ("running_var", running_var)]
                            + [(f"out[{i}]" if i else "out", o) for i, o in enumerate(outs)])
-        y, (mean, rstd, var), sdt, outs = normalize(
-            x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-            n_stats=n_stats, want_var=running_mean is not None,
-            check_count=selected_values if counted else None, **sel.kernel_args())
+        if policy == "omit":
+            y, (mean, rstd, var, n), sdt, outs = omitted_normalize(
+                x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
+                n_stats=n_stats, sel=sel,
+                check_count=lambda c: selected_values(c, omit=True))
+        else:
+            y, (mean, rstd, var), sdt, outs = normalize(
+                x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
+                n_stats=n_stats, want_var=running_mean is not None,
+                check_count=selected_values if counted else None, **sel.kernel_args())
+            n = n if sel.count is None else sel.count
         if running_mean is not None and x.size > 0:
-            update_running(rm_view, rv_view, mean, var, momentum,
-                           n if sel.count is None else sel.count)
+            update_running(rm_view, rv_view, mean, var, momentum, n)
     return sel.results(y, out, return_stats and (mean, rstd), sdt, outs)

@@ -81,6 +81,17 @@ def as_where(where, shape):
     return w.view(np.uint8)
 
 
+NAN_POLICIES = ("propagate", "omit", "raise")
+
+
+def nan_policy_of(policy):
+    """nan_policy= as SciPy spells it, or ValueError naming what it takes."""
+    if isinstance(policy, str) and policy in NAN_POLICIES:
+        return policy
+    raise ValueError(f"nan_policy must be one of 'propagate', 'omit' or 'raise', "
+                     f"got {policy!r}")
+
+
 def refuse_lossy(x, name):
     """TypeError for an input that np.asarray would strip of its meaning: a
     masked array with masked values (where= functions take those apart
@@ -152,12 +163,14 @@ def check_training(x_shape, axes, momentum, where=None, counted=False):
     return n, _rules.check_momentum(momentum)
 
 
-def selected_values(counts):
-    """batch_norm training with where=: no feature's count of selected
-    values may be one."""
+def selected_values(counts, omit=False):
+    """batch_norm training with where= (or omitting NaN): no feature's count
+    of selected values may be one."""
     if np.any(counts == 1):
         raise ValueError("batch_norm training needs more than one selected value per "
-                         "feature; where= selects one value of some feature")
+                         "feature; " + ("some feature holds one value that is not NaN "
+                                        "(nan_policy='omit')" if omit else
+                                        "where= selects one value of some feature"))
 
 
 def param(value, name, x_shape, along, x_name="x"):

@@ -16,7 +16,7 @@ from ._config import team_size
 
 def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
                  given=None, want_var=False, want_stats=True, fresh=False,
-                 where=None, count=None, check_count=None):
+                 where=None, count=None, check_count=None, omit=False):
     """Run the kernel once; return its per-slice float64 statistics in
     keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
     'center', (mean of squares, rstd) for 'rms', the given pair for 'given'.
@@ -27,7 +27,8 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     float64 array in keepdims layout for each slice's number of selected
     values; y is written at the selected positions alone, and check_count
     (when given) is called with count before the call warns of an empty
-    selection."""
+    selection.  omit (mode 'stats', with where): values that are NaN are
+    left out of the statistics and the count, as if not selected."""
     shape = keepdims_shape(x.shape, axes)
     if given is not None:
         s0, s1 = given
@@ -52,8 +53,8 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     mask, m, threads = reduced_mask(axes, x.ndim), k.MODES[mode], team_size()
     if _explain.explaining and _explain.active():
         _explain.kernel(k.explain_forward(x, y, gamma, beta, s0, s1, s2, mask, m, threads, fresh,
-                                          where, count))
-    k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh, where, count)
+                                          where, count, omit))
+    k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh, where, count, omit)
     if check_count is not None:
         check_count(count)
     if where is not None and given is None and (count == 0).any():

@@ -93,7 +93,8 @@ cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) 
     cdef const Layout* L = p.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Odometer r
-    cdef Py_ssize_t ri, j, e, n = p.run_len if inner.stride[OP_M] != 0 else 1
+    cdef Py_ssize_t ri, j, e, n = p.run_len if inner.stride[OP_M] != 0 or L.omit else 1
+    cdef double v
     if p.mode == MODE_RMS:
         return 0.0               # block_moments sums squares of x itself
     if L.base[OP_M] == NULL:
@@ -102,9 +103,15 @@ cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) 
     for ri in range(p.n_runs):
         j = next_stretch(<const unsigned char*>run_start(p, s, &r, OP_M), inner.stride[OP_M], n,
                          0, &e)
-        if j < n:
-            return pick_pivot(sload(run_start(p, s, &r, OP_X) + j * inner.stride[OP_X], ki),
-                              ki)
+        while j < n:
+            v = sload(run_start(p, s, &r, OP_X) + j * inner.stride[OP_X], ki)
+            if v == v or not L.omit:
+                return pick_pivot(v, ki)
+            # (omit: the first selected number; a constant mask, its run)
+            j = j + 1
+            if j == e:
+                j = next_stretch(<const unsigned char*>run_start(p, s, &r, OP_M),
+                                 inner.stride[OP_M], n, e, &e)
         odo_next(&r, L.red, L.n_red - 1)
     return 0.0
 
@@ -137,7 +144,7 @@ cdef inline Moments block_moments(const SlicePlan* p, const Odometer* s, const O
         return selected_moments(x, stride, <const unsigned char*>run_start(p, s, r, OP_M)
                                 + b * CHUNK * sm, sm, n, pivot,
                                 stat_ahead_end(p, run, stride, ahead_end), p.mode == MODE_RMS,
-                                ki)
+                                p.L.omit, ki)
     return run_moments(x, stride, n, pivot, stat_ahead_end(p, run, stride, ahead_end),
                        p.mode == MODE_RMS, ki)
 
@@ -1445,8 +1452,9 @@ cdef void column_pivots(const ColumnPlan* p, Py_ssize_t group, in_t* ki) noexcep
 
 cdef void lanes_pivots(const ColumnPlan* p, const Tile* t, Odometer* row,
                        in_t* ki) noexcept nogil:
-    """column_pivots with a mask that varies along the columns: each
-    column's first selected value's (0 where none is)."""
+    """column_pivots with a mask that varies along the columns (or a call
+    that omits NaN): each column's first selected value's (a number's,
+    omitting NaN; 0 where none is)."""
     cdef const Axis* vec = &p.L.kept[p.L.n_kept - 1]
     cdef Py_ssize_t sx = vec.stride[OP_X], sm = vec.stride[OP_M], c, k, left = t.width
     cdef const unsigned char* mp
@@ -1463,9 +1471,11 @@ cdef void lanes_pivots(const ColumnPlan* p, const Tile* t, Odometer* row,
         xp = col_ptr(p, t, row, OP_X)
         for c in range(t.width):
             if mp[c * sm] and not found[c]:
+                first = sload(xp + c * sx, ki)
+                if first != first and p.L.omit:
+                    continue
                 found[c] = 1
                 left = left - 1
-                first = sload(xp + c * sx, ki)
                 t.pivot[c] = pick_pivot(first, ki)
                 if in_t is not double:
                     t.shift[c] = first if first - first == 0.0 else 0.0
@@ -1497,18 +1507,22 @@ cdef inline void lanes_fold(double* s, double* q, double* k, const double* centr
 
 
 cdef inline void lanes_strip(const ColumnPlan* p, const Tile* t, Py_ssize_t c, int nv,
-                             const Py_ssize_t* xo, const Py_ssize_t* mo, Py_ssize_t nrows,
-                             double* mean, double* m2, double* cnt, in_t* ki) noexcept nogil:
+                             const Py_ssize_t* xo, const Py_ssize_t* mo, Py_ssize_t sm,
+                             Py_ssize_t nrows, double* mean, double* m2, double* cnt,
+                             in_t* ki) noexcept nogil:
     """lanes_block_stats of nv contiguous vectors of columns from c on, a
-    sweep down nrows rows (x's and the mask's bytes at xo and mo) with the
-    sums in registers: d = (x - pivot) - centre, centre the column's mean
-    so far (its first selected value before any), +0.0 where not selected."""
+    sweep down nrows rows (x's and the mask's bytes at xo and mo; the
+    mask's bytes contiguous, or sm 0: one a row) with the sums in
+    registers: d = (x - pivot) - centre, centre the column's mean so far
+    (its first selected value before any), +0.0 where not selected (or,
+    omitting NaN, where x is NaN)."""
     cdef fn_vd s[FN_NVC]
     cdef fn_vd q[FN_NVC]
     cdef fn_vd k[FN_NVC]
     cdef fn_vd piv[FN_NVC]
     cdef fn_vd cen[FN_NVC]
-    cdef fn_vd d, on, one = fn_set1(1.0)
+    cdef fn_vd d, on, xv, one = fn_set1(1.0), every = fn_lane_mask(0, FN_W)
+    cdef bint omit = p.L.omit
     cdef double cs[FN_NVC * 8]
     cdef double ts[FN_NVC * 8]
     cdef double tq[FN_NVC * 8]
@@ -1531,13 +1545,18 @@ cdef inline void lanes_strip(const ColumnPlan* p, const Tile* t, Py_ssize_t c, i
         piv[v] = fn_load_f64(t.pivot + c + v * FN_W)
         cen[v] = fn_load_f64(cs + v * FN_W)
     for r in range(nrows):
-        for v in range(nv):
-            on = fn_bytes_mask(mb + mo[r] + v * FN_W)
-            d = fn_masked(fn_sub(shifted(vload(xb + xo[r] + v * FN_W * sizeof(in_t),
-                                               sizeof(in_t), ki), piv[v], ki), cen[v]), on)
-            s[v] = fn_add(s[v], d)
-            q[v] = fn_fma(d, d, q[v])
-            k[v] = fn_add(k[v], fn_masked(one, on))
+        for l in range(nv):
+            if sm == 0:
+                on = every if mb[mo[r]] else fn_zero()
+            else:
+                on = fn_bytes_mask(mb + mo[r] + l * FN_W)
+            xv = vload(xb + xo[r] + l * FN_W * sizeof(in_t), sizeof(in_t), ki)
+            if omit:
+                on = fn_masked(on, fn_numbers(xv))
+            d = fn_masked(fn_sub(shifted(xv, piv[l], ki), cen[l]), on)
+            s[l] = fn_add(s[l], d)
+            q[l] = fn_fma(d, d, q[l])
+            k[l] = fn_add(k[l], fn_masked(one, on))
     for v in range(nv):
         fn_store_f64(ts + v * FN_W, s[v])
         fn_store_f64(tq + v * FN_W, q[v])
@@ -1572,12 +1591,12 @@ cdef void lanes_block_stats(const ColumnPlan* p, const Tile* t, Py_ssize_t r0, P
             mo[r] = row.off[OP_M]
             odo_next(&row, p.L.red, p.L.n_red)
         c = 0
-        if sx == sizeof(in_t) and sm == 1:
+        if sx == sizeof(in_t) and (sm == 1 or sm == 0):
             while c + strip <= t.width:
-                lanes_strip(p, t, c, FN_NVC, xo, mo, n, mean, m2, cnt, ki)
+                lanes_strip(p, t, c, FN_NVC, xo, mo, sm, n, mean, m2, cnt, ki)
                 c = c + strip
             while c + FN_W <= t.width:
-                lanes_strip(p, t, c, 1, xo, mo, n, mean, m2, cnt, ki)
+                lanes_strip(p, t, c, 1, xo, mo, sm, n, mean, m2, cnt, ki)
                 c = c + FN_W
         while c < t.width:
             if cnt[c] > 0.0:
@@ -1592,6 +1611,8 @@ cdef void lanes_block_stats(const ColumnPlan* p, const Tile* t, Py_ssize_t r0, P
             for r in range(n):
                 if mb[mo[r] + c * sm]:
                     d = (sload(xb + xo[r] + c * sx, ki) - t.pivot[c]) - cen
+                    if d != d and p.L.omit:
+                        continue
                     ss = ss + d
                     qq = qq + d * d
                     kk = kk + 1.0
@@ -2348,7 +2369,9 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
     # A tile's rows one block of one sweep, equally spaced, in cache: each
     # strip finished while the next is summed, in the same item (no other
     # block to merge).
-    p.rows_masked = L.base[OP_M] != NULL and L.kept[L.n_kept - 1].stride[OP_M] == 0
+    # (omit: each column its own count, lanes_masked whatever the mask)
+    p.rows_masked = (L.base[OP_M] != NULL and L.kept[L.n_kept - 1].stride[OP_M] == 0
+                     and not L.omit)
     p.lanes_masked = L.base[OP_M] != NULL and not p.rows_masked
     p.n_stride = min(<Py_ssize_t>COL_TILE, p.n_cols) if p.lanes_masked else 1
     p.block_n = NULL

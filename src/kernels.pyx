@@ -90,7 +90,7 @@ WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "turns
 
 cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s1, s2,
                        tuple reduced, int mode, int nthreads, bint fresh, where=None,
-                       count=None) except -1:
+                       count=None, bint omit=False) except -1:
     """The layout and the route of a forward call (see forward)."""
     cdef bint has_y = y is not None
     cdef int xt = type_code(x), yt = xt
@@ -104,11 +104,14 @@ cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s
                               or s0 is None or count is None):
         raise ValueError("fastnorm: a mask is one byte an element, of x's dimensions, "
                          "with statistics arrays and a count")
+    if omit and (where is None or has_y or mode != MODE_STATS):
+        raise ValueError("fastnorm: NaN is omitted from the statistics alone, with a mask")
     if has_y:
         yt = type_code(y)
         y_bytes = cnp.PyArray_NBYTES(<cnp.ndarray>y)
         y_contiguous = cnp.PyArray_IS_C_CONTIGUOUS(y) or cnp.PyArray_IS_F_CONTIGUOUS(y)
     make_layout(L, x, (y, gamma, beta, s0, s1, s2), reduced, count, where)
+    L.omit = omit
     # Absent parameters read as a broadcast 1 (gamma) and 0 (beta).
     if gamma is None:
         L.base[OP_G] = <char*>&fn_one
@@ -154,13 +157,14 @@ cdef int forward_typed(const Layout* L, const Route* R, int mode, double eps, bi
 
 
 cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
-                     double eps, int nthreads, bint fresh, where=None, count=None) except -1:
+                     double eps, int nthreads, bint fresh, where=None, count=None,
+                     bint omit=False) except -1:
     cdef Layout L
     cdef Route R
     cdef int rc, in_code = type_code(x), out_code = in_code
     cdef bint has_y = y is not None
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh,
-                  where, count)
+                  where, count, omit)
     if has_y:
         out_code = type_code(y)
     start_call(&R, x, y)
@@ -218,7 +222,7 @@ def fresh_output(shape, dtype, bint fortran_order, cnp.ndarray where, int nthrea
 
 
 def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, double eps,
-            int nthreads, bint fresh=False, where=None, count=None):
+            int nthreads, bint fresh=False, where=None, count=None, bint omit=False):
     """One forward call: x (float16/32/64, aligned, native byte order); y an
     output of x's shape or None; gamma, beta float64 arrays of x.ndim
     dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
@@ -228,11 +232,12 @@ def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, 
     per axis of x; fresh: y was just allocated (its pages not yet touched).
     where: the values it selects alone (bytes, nonzero: selected; x.ndim
     dimensions, each x's size or 1), count then a float64 statistics array
-    for each slice's number of them; y is written there alone.  Nothing is
-    copied."""
+    for each slice's number of them; y is written there alone.  omit (mode
+    'stats' with where, no y): a value counts where selected and not NaN.
+    Nothing is copied."""
     fn_clean_upper()
     run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh, where,
-                count)
+                count, omit)
 
 
 cdef dict route_dict(const Route* R, const Layout* L):
@@ -245,7 +250,7 @@ cdef dict route_dict(const Route* R, const Layout* L):
 
 
 def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
-                    int nthreads, bint fresh=False, where=None, count=None):
+                    int nthreads, bint fresh=False, where=None, count=None, bint omit=False):
     """The route forward() would take with these arguments, as a dict;
     nothing is run."""
     fn_clean_upper()
@@ -254,7 +259,7 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     cdef dict route
     cdef int xt = type_code(x), yt = xt if y is None else type_code(y)
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh,
-                  where, count)
+                  where, count, omit)
     route = route_dict(&R, &L)
     route["runs_fetch"] = runs_fetch_of(&L, &R, mode)
     route["next_fetch"] = next_fetch_of(&L, &R, mode, y is not None, code_size(xt))

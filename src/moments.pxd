@@ -379,48 +379,101 @@ cdef inline int next_part(const unsigned char* m, Py_ssize_t sm, Py_ssize_t n, b
     return 0
 
 
+cdef inline bint moments_finite(const Moments* m) noexcept nogil:
+    return m.mean - m.mean == 0.0 and m.m2 - m.m2 == 0.0
+
+
+cdef inline Moments numbers_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
+                                    double pivot, bint squares, in_t* kind) noexcept nogil:
+    """scalar_moments over the values that are numbers (NaN left out;
+    with `squares`, about 0): a selected run of a call that omits NaN,
+    whose sums came out not finite, value by value."""
+    cdef Moments out = moments_empty()
+    cdef Py_ssize_t i
+    cdef double y, d
+    for i in range(n):
+        y = sload(x + i * stride, kind)
+        if y != y:
+            continue
+        out.n = out.n + 1.0
+        if squares:
+            out.m2 = out.m2 + y * y
+            continue
+        y = y - pivot
+        d = y - out.mean
+        out.mean = out.mean + d / out.n
+        out.m2 = out.m2 + d * (y - out.mean)
+    return out
+
+
 cdef inline Moments selected_runs(const char* x, Py_ssize_t sx, const unsigned char* m,
                                   Py_ssize_t sm, Py_ssize_t n, double pivot, bint squares,
-                                  in_t* kind) noexcept nogil:
+                                  bint omit, in_t* kind) noexcept nogil:
     """The moments of the selected values among n of x (sx bytes apart, their
-    mask bytes sm apart), each stretch of them an ordinary run, merged in
-    order: strided data, and pieces whose shifted sums are not finite."""
+    mask bytes sm apart; m NULL: all of them), each stretch of them an
+    ordinary run, merged in order: strided data, and pieces whose shifted
+    sums are not finite.  With `omit`, a stretch that is not finite is
+    taken again without its NaN (numbers_moments)."""
     cdef Moments acc = moments_empty(), part
-    cdef Py_ssize_t e, j = next_stretch(m, sm, n, 0, &e)
+    cdef Py_ssize_t e = n, j = 0 if m == NULL else next_stretch(m, sm, n, 0, &e)
     while j < n:
         part = run_moments(x + j * sx, sx, e - j, pivot, NULL, squares, kind)
+        if omit and not moments_finite(&part):
+            part = numbers_moments(x + j * sx, sx, e - j, pivot, squares, kind)
         moments_merge(&acc, &part)
+        if m == NULL:
+            break
         j = next_stretch(m, sm, n, e, &e)
     return acc
 
 
+cdef inline bint counts(const char* x, const unsigned char* m, bint omit,
+                        in_t* kind) noexcept nogil:
+    """Whether the value at x counts: its byte m set (m NULL: selected),
+    and with `omit` a number."""
+    cdef double v
+    if m != NULL and not m[0]:
+        return False
+    if omit:
+        v = sload(x, kind)
+        return v == v
+    return True
+
+
 cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssize_t n,
-                                   double pivot, bint squares, in_t* kind) noexcept nogil:
-    """The moments of the selected values among n contiguous ones, some
-    selected: sums of d = (x - pivot) - c and d * d, c the first selected
-    value (0 with `squares`: sums of x**2), lane by lane where the mask's
-    bytes are set.  They cancel at most log2(n + 1) bits (the top of this
-    file); sums that are not finite are redone run by run (selected_runs)."""
-    cdef fn_vd s = fn_zero(), q = fn_zero(), k = fn_zero(), one = fn_set1(1.0), d, sel
-    cdef fn_vd piv = fn_set1(pivot), cv
+                                   double pivot, bint squares, bint omit,
+                                   in_t* kind) noexcept nogil:
+    """The moments of the selected values among n contiguous ones: sums of
+    d = (x - pivot) - c and d * d, c the first selected value (0 with
+    `squares`: sums of x**2), lane by lane where the mask's bytes are set
+    (m NULL: every lane) and, with `omit`, x holds a number.  They cancel
+    at most log2(n + 1) bits (the top of this file); sums that are not
+    finite are redone run by run (selected_runs)."""
+    cdef fn_vd s = fn_zero(), q = fn_zero(), k = fn_zero(), one = fn_set1(1.0), d, sel, v
+    cdef fn_vd piv = fn_set1(pivot), cv, every = fn_lane_mask(0, FN_W)
     cdef Py_ssize_t w = sizeof(in_t), j = 0, body = n - n % FN_W
     cdef double c = 0.0, ts = 0.0, tq = 0.0, tk = 0.0, dv, s1, s2, cnt
     cdef Moments out
     if not squares:
-        while not m[j]:
+        while j < n and not counts(x + j * w, NULL if m == NULL else m + j, omit, kind):
             j = j + 1
+        if j == n:
+            return moments_empty()
         c = sload(x + j * w, kind) - pivot
     cv = fn_set1(c)
     j = 0
     while j < body:
-        sel = fn_bytes_mask(m + j)
-        d = fn_masked(fn_sub(shifted(vload(x + j * w, w, kind), piv, kind), cv), sel)
+        sel = every if m == NULL else fn_bytes_mask(m + j)
+        v = vload(x + j * w, w, kind)
+        if omit:
+            sel = fn_masked(sel, fn_numbers(v))
+        d = fn_masked(fn_sub(shifted(v, piv, kind), cv), sel)
         s = fn_add(s, d)
         q = fn_fma(d, d, q)
         k = fn_add(k, fn_masked(one, sel))
         j = j + FN_W
     while j < n:
-        if m[j]:
+        if counts(x + j * w, NULL if m == NULL else m + j, omit, kind):
             dv = (sload(x + j * w, kind) - pivot) - c
             ts = ts + dv
             tq = tq + dv * dv
@@ -430,8 +483,10 @@ cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssi
     s2 = fn_hsum(q) + tq
     cnt = fn_hsum(k) + tk
     if s2 - s2 != 0.0 or s1 - s1 != 0.0:
-        return selected_runs(x, w, m, 1, n, pivot, squares, kind)
+        return selected_runs(x, w, m, 1, n, pivot, squares, omit, kind)
     out.n = cnt
+    if cnt == 0.0:
+        return moments_empty()
     if squares:
         out.mean = 0.0
         out.m2 = s2
@@ -441,32 +496,54 @@ cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssi
     return out
 
 
+cdef inline Moments numbers_run(const char* x, Py_ssize_t sx, Py_ssize_t n, double pivot,
+                                bint squares, in_t* kind) noexcept nogil:
+    """The moments of a selected run without its NaN (a call that omits
+    them, whose run came out not finite): contiguous data a piece of lanes
+    at a time (selected_lanes), merged in order; strided value by value."""
+    cdef Moments acc = moments_empty(), part
+    cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE, j = 0
+    if sx != sizeof(in_t):
+        return numbers_moments(x, sx, n, pivot, squares, kind)
+    while j < n:
+        part = selected_lanes(x + j * sx, NULL, min(piece, n - j), pivot, squares, True, kind)
+        moments_merge(&acc, &part)
+        j = j + piece
+    return acc
+
+
 cdef inline Moments selected_moments(const char* x, Py_ssize_t sx, const unsigned char* m,
                                      Py_ssize_t sm, Py_ssize_t n, double pivot,
-                                     const char* ahead_end, bint squares,
+                                     const char* ahead_end, bint squares, bint omit,
                                      in_t* kind) noexcept nogil:
     """run_moments over the values of the run that its mask selects (m:
     the mask's byte of x's first value, sm its stride; 0: the whole run
     selected or not), in pieces merged in order: the result depends on the
     data and the mask alone.  Stretches of selected values fetch ahead up
-    to ahead_end, as run_moments."""
+    to ahead_end, as run_moments.  With `omit`, NaN values are left out:
+    a stretch whose moments are not finite is taken again without them
+    (numbers_run); a data set without NaN costs nothing more."""
     cdef Moments acc = moments_empty(), part
     cdef Py_ssize_t w = sizeof(in_t), j = 0, e
     cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
     cdef int k
     if sm == 0:
         if m[0]:
-            return run_moments(x, sx, n, pivot, ahead_end, squares, kind)
+            acc = run_moments(x, sx, n, pivot, ahead_end, squares, kind)
+            if omit and not moments_finite(&acc):
+                acc = numbers_run(x, sx, n, pivot, squares, kind)
         return acc
     if sx != w or sm != 1:
-        return selected_runs(x, sx, m, sm, n, pivot, squares, kind)
+        return selected_runs(x, sx, m, sm, n, pivot, squares, omit, kind)
     while j < n:
         k = next_piece(m, n, piece, j, &e)
         if k == 1:
             part = run_moments(x + j * w, w, e - j, pivot, ahead_end, squares, kind)
+            if omit and not moments_finite(&part):
+                part = numbers_run(x + j * w, w, e - j, pivot, squares, kind)
             moments_merge(&acc, &part)
         elif k == 2:
-            part = selected_lanes(x + j * w, m + j, e - j, pivot, squares, kind)
+            part = selected_lanes(x + j * w, m + j, e - j, pivot, squares, omit, kind)
             moments_merge(&acc, &part)
         j = e
     return acc

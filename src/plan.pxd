@@ -171,6 +171,8 @@ cdef struct Layout:
     int n_kept
     int n_red
     bint columns               # the innermost axis is kept (COLUMNS)
+    bint omit                  # statistics leave NaN out (nan_policy="omit"):
+                               # a value counts where selected and a number
     Py_ssize_t n_slices        # product of the kept sizes
     Py_ssize_t slice_len       # product of the reduced sizes
     Axis kept[MAX_DIMS]        # outer -> inner
@@ -296,6 +298,7 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced,
     cdef cnp.ndarray op
     cdef object o
     L.base[OP_X] = <char*>cnp.PyArray_DATA(x)
+    L.omit = False
     for k in range(1, N_OPS):
         o = operand(ops, mask, k)
         L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)

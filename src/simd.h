@@ -418,6 +418,23 @@ static inline fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
 #endif
 }
 
+/* The lane mask of the lanes of a that hold a number (not NaN). */
+static inline fn_vd fn_numbers(fn_vd a)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return (fn_vd)(a == a);
+#else
+    double v[FN_W];
+    uint64_t bits[FN_W];
+    fn_vd r;
+    memcpy(v, &a, sizeof v);
+    for (int l = 0; l < FN_W; l++)
+        bits[l] = v[l] == v[l] ? ~(uint64_t)0 : 0;
+    memcpy(&r, bits, sizeof r);
+    return r;
+#endif
+}
+
 /* The lane mask of FN_W where= bytes: lanes whose byte is nonzero. */
 static inline fn_vd fn_bytes_mask(const unsigned char *m)
 {

@@ -30,6 +30,7 @@ cdef extern from "simd.h" nogil:
     fn_vd fn_masked(fn_vd a, fn_vd mask)
     fn_vd fn_select(fn_vd mask, fn_vd a, fn_vd b)
     fn_vd fn_bytes_mask(const unsigned char* m)
+    fn_vd fn_numbers(fn_vd a)
     bint fn_zero_byte(uint64_t w)
     int fn_mask_kind(const unsigned char* m, Py_ssize_t n)
     Py_ssize_t fn_mask_lead(const unsigned char* m, Py_ssize_t n, bint selected)

@@ -27,7 +27,7 @@ import numpy as np
 from .. import _api, _family, _simd
 from . import tasks
 from .._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
-                     result_dtypes, running_stat)
+                     nan_policy_of, result_dtypes, running_stat)
 from .args import aligned, lazy_input, lazy_where, no_out
 from .graph import (channel_param, given_normalize, lazy_param, merged_states, meta,
                     normalized, per_chunk, rstd_of, selected_count, slice_stats, stat_out,
@@ -41,15 +41,27 @@ from .._running import update_running
 # --------------------------------------------------------------------------
 # mean_var, layer_norm, rms_norm, batch_norm
 
-def mean_var(x, axis, ddof, keepdims, dtype, out, where=None):
+def _policy(x, nan_policy):
+    """x as the call reads it under nan_policy (checked for NaN chunk by
+    chunk when computed, with "raise"), and whether NaN is omitted."""
+    policy = nan_policy_of(nan_policy)
+    if policy == "raise":
+        x = x.map_blocks(tasks.numbers_only, dtype=x.dtype)
+    return x, policy == "omit"
+
+
+def mean_var(x, axis, ddof, keepdims, dtype, out, where=None, nan_policy="propagate"):
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     res_dtype, _ = result_dtypes(x.dtype, dtype)
     no_out(out)
     where = lazy_where(where, x)
-    states = merged_states(x, axes, "center", where)
+    x, omit = _policy(x, nan_policy)
+    states = merged_states(x, axes, "center", where, omit)
     mean = states.map_blocks(tasks.centre, dtype=np.float64)
-    if where is None:
+    if omit:
+        n = states["n"]     # each slice's count of numbers, known when computed
+    elif where is None:
         n = math.prod(x.shape[i] for i in axes)
         if n - ddof <= 0 and x.size > 0:
             warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
@@ -65,7 +77,8 @@ def mean_var(x, axis, ddof, keepdims, dtype, out, where=None):
     return results
 
 
-def layer_norm(x, gamma, beta, axis, eps, out, dtype, return_stats, where=None):
+def layer_norm(x, gamma, beta, axis, eps, out, dtype, return_stats, where=None,
+               nan_policy="propagate"):
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
@@ -73,28 +86,31 @@ def layer_norm(x, gamma, beta, axis, eps, out, dtype, return_stats, where=None):
     beta = lazy_param(beta, "beta", x, axes)
     no_out(out)
     where = lazy_where(where, x)
+    x, omit = _policy(x, nan_policy)
     y, (mean, _, rstd) = normalized(
         x, axes, "center", eps=eps, gamma=gamma, beta=beta, dtype=dtype,
-        want_stats=return_stats, where=where, whole_chunks=lambda dt: per_chunk(
+        want_stats=return_stats, where=where, omit=omit, whole_chunks=lambda dt: per_chunk(
             _api.layer_norm, x, {"gamma": gamma, "beta": beta, "where": where}, dt,
-            axis=axes, eps=eps, dtype=dt))
+            axis=axes, eps=eps, dtype=dt, nan_policy=nan_policy))
     if not return_stats:
         return y
     return y, stat_out(mean, x.dtype, dtype), stat_out(rstd, x.dtype, dtype)
 
 
-def rms_norm(x, gamma, axis, eps, out, dtype, return_stats, where=None):
+def rms_norm(x, gamma, axis, eps, out, dtype, return_stats, where=None,
+             nan_policy="propagate"):
     x = lazy_input(x)
     axes = axes_tuple(axis, x.ndim)
     eps = check_eps(eps)
     gamma = lazy_param(gamma, "gamma", x, axes)
     no_out(out)
     where = lazy_where(where, x)
+    x, omit = _policy(x, nan_policy)
     y, (_, _, rstd) = normalized(
         x, axes, "rms", eps=eps, gamma=gamma, beta=None, dtype=dtype,
-        want_stats=return_stats, where=where, whole_chunks=lambda dt: per_chunk(
+        want_stats=return_stats, where=where, omit=omit, whole_chunks=lambda dt: per_chunk(
             _api.rms_norm, x, {"gamma": gamma, "where": where}, dt, axis=axes, eps=eps,
-            dtype=dt))
+            dtype=dt, nan_policy=nan_policy))
     if not return_stats:
         return y
     return y, stat_out(rstd, x.dtype, dtype)
@@ -109,7 +125,7 @@ def _running_update(running_mean, running_var, x, kept, momentum, n, mean, var):
 
 
 def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,
-               out, dtype, return_stats, where=None):
+               out, dtype, return_stats, where=None, nan_policy="propagate"):
     """Batch norm on a Dask array.  In training with running statistics (NumPy
     arrays, updated in place) the batch statistics are computed at once, on
     the active scheduler, one pass over x; the running statistics are
@@ -131,6 +147,7 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
         raise ValueError("running_mean and running_var go together: give both or neither")
     out_dtype, _ = result_dtypes(x.dtype, dtype)
     where = lazy_where(where, x)
+    x, omit = _policy(x, nan_policy)
     if not training:
         if running_mean is None:
             raise ValueError("batch_norm with training=False needs running_mean and running_var")
@@ -149,11 +166,21 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
         if running_mean is None:
             y, (mean, _, rstd) = normalized(
                 x, axes, "center", eps=eps, gamma=gamma, beta=beta, dtype=dtype,
-                want_stats=return_stats, where=where, whole_chunks=lambda dt: per_chunk(
+                want_stats=return_stats, where=where, omit=omit,
+                whole_chunks=lambda dt: per_chunk(
                     _api.batch_norm, x, {"gamma": gamma, "beta": beta, "where": where}, dt,
-                    axis=axes, eps=eps, dtype=dt))
+                    axis=axes, eps=eps, dtype=dt, nan_policy=nan_policy))
         else:
-            if where is None:
+            if omit:
+                states = merged_states(x, axes, "center", where, omit=True)
+                mean, var, n = dask.compute(states.map_blocks(tasks.centre, dtype=np.float64),
+                                            variance(states, states["n"]), states["n"])
+                if (n == 1).any():
+                    raise ValueError("batch_norm training needs more than one selected "
+                                     "value per feature; some feature holds one value that "
+                                     "is not NaN (nan_policy='omit')")
+                rstd = _simd.kernels.rstd(var, eps)
+            elif where is None:
                 mean, var, rstd = dask.compute(*slice_stats(x, axes, "center", eps))
             else:
                 mean, var, rstd, n = dask.compute(*slice_stats(x, axes, "center", eps, where),

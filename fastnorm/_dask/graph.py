@@ -36,27 +36,31 @@ def whole_slices(x, axes):
     return all(x.numblocks[i] == 1 for i in axes)
 
 
-def merged_states(x, axes, mode, where=None):
+def merged_states(x, axes, mode, where=None, omit=False):
     """Per slice of x over `axes`, the chunks' statistics merged in Dask's
     tree reduction: a MOMENTS (mode 'center') or SQUARES (mode 'rms') array
     in keepdims layout.  where (aligned with x, or None): over the selected
-    values, each chunk's state with its own counts."""
+    values, each chunk's state with its own counts.  omit (mode 'center'):
+    over the values that are numbers, a STATE array (with the counts)."""
     n = math.prod(x.shape[i] for i in axes)
     if n == 0 and math.prod(x.shape[i] for i in range(x.ndim) if i not in axes) > 0:
         warn_empty()  # now, as the NumPy path does, not when it is computed
     moments = mode == "center"
     dt = tasks.MOMENTS if moments else tasks.SQUARES
     chunk = tasks.chunk_moments if moments else tasks.chunk_squares
-    if where is not None:
+    if where is not None or omit:
         ind = tuple(range(x.ndim))
+        operands = (x, ind) + (() if where is None else (where, ind))
         x = da.blockwise(functools.partial(tasks.chunk_state_where, axes=axes,
-                                           mode="stats" if moments else "rms"),
-                         ind, x, ind, where, ind, dtype=tasks.STATE,
+                                           mode="stats" if moments else "rms", omit=omit),
+                         ind, *operands, dtype=tasks.STATE,
                          adjust_chunks=dict.fromkeys(axes, 1), meta=meta(x.ndim, tasks.STATE),
                          name=unique_name(mode + "-states"))
-        chunk = functools.partial(tasks.state_parts, moments=moments)
+        chunk = functools.partial(tasks.state_parts, moments=moments, counts=omit)
+    if omit:
+        dt = tasks.STATE
     return da.reduction(
-        x, chunk, tasks.aggregate_states,
+        x, chunk, functools.partial(tasks.aggregate_states, counts=omit),
         combine=tasks.combine_states, axis=axes, keepdims=True, dtype=dt,
         concatenate=False, meta=meta(x.ndim, dt), name=unique_name(mode + "-stats"))
 
@@ -108,10 +112,18 @@ def given_normalize(x, axes, mean, rstd, gamma, beta, dtype, where=None):
                       "normalize")
 
 
-def slice_stats(x, axes, mode, eps, where=None):
+def slice_stats(x, axes, mode, eps, where=None, omit=False):
     """(mean, spread, rstd) per slice, float64 Dask arrays in keepdims
     layout: spread is the biased variance (mode 'center') or the mean of
-    squares (mode 'rms', mean None); over the selected values with where."""
+    squares (mode 'rms', mean None); over the selected values with where;
+    with omit, over the values that are numbers."""
+    if omit:
+        states = merged_states(x, axes, "center", where, omit=True)
+        mean, var = states.map_blocks(tasks.centre, dtype=_F64), variance(states, states["n"])
+        if mode == "center":
+            return mean, var, rstd_of(var, eps)
+        spread = var + mean * mean      # the mean of squares
+        return None, spread, rstd_of(spread, eps)
     n = math.prod(x.shape[i] for i in axes) if where is None else selected_count(where, x, axes)
     states = merged_states(x, axes, mode, where)
     if mode == "center":
@@ -122,16 +134,17 @@ def slice_stats(x, axes, mode, eps, where=None):
 
 
 def normalized(x, axes, mode, *, eps, gamma, beta, dtype, want_stats, whole_chunks,
-               where=None):
+               where=None, omit=False):
     """y and the float64 statistics (mean, spread, rstd) of a layer/RMS-style
-    normalization over `axes` (over the selected values with where).  When
+    normalization over `axes` (over the selected values with where; with
+    omit, over the values that are numbers).  When
     no statistics are wanted and every chunk holds whole slices, y is
     whole_chunks(output dtype) instead (the NumPy call on each chunk: one
     pass) and the statistics are None."""
     out_dtype, _ = result_dtypes(x.dtype, dtype)
     if not want_stats and whole_slices(x, axes):
         return whole_chunks(out_dtype), (None, None, None)
-    mean, spread, rstd = slice_stats(x, axes, mode, eps, where)
+    mean, spread, rstd = slice_stats(x, axes, mode, eps, where, omit)
     return (given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype, where),
             (mean, spread, rstd))
 

@@ -28,6 +28,7 @@ from .._args import as_input
 from .._config import thread_cap
 from .._where import as_where
 from .._call import backward_dx, backward_sums, forward, normalize
+from .._missing import omitted_stats, refuse_nan
 
 # The tree reduction's result: per slice the mean (of x, or of x**2 for RMS
 # statistics) and, for moments, the sum of squared deviations.
@@ -106,28 +107,34 @@ def chunk_squares(block, axis, keepdims, computing_meta=False):
     return _chunk_state(block, axis, "rms")
 
 
-def chunk_state_where(block, where, *, axes, mode):
+def chunk_state_where(block, where=None, *, axes, mode, omit=False):
     """STATE per slice of one chunk over its selected values (mode 'stats'
-    or 'rms': m2 0), one per slice (size 1 along the reduced axes)."""
+    or 'rms': m2 0), one per slice (size 1 along the reduced axes); with
+    omit (mode 'stats'), over its values that are numbers (and selected,
+    where given)."""
     shape = tuple(1 if i in axes else s for i, s in enumerate(block.shape))
     out = np.zeros(shape, STATE)
     if block.size == 0:
         return out
     count = np.empty(shape)
+    w = None if where is None else as_where(where, block.shape)
     with sharing_cores():
-        s0, s1, _ = forward(as_input(block), axes, mode, where=as_where(where, block.shape),
-                            count=count)
+        if omit:
+            s0, s1, count = omitted_stats(as_input(block), axes, w)
+        else:
+            s0, s1, _ = forward(as_input(block), axes, mode, where=w, count=count)
     out["n"], out["mean"] = count, s0
     if mode == "stats":
         out["m2"] = s1
     return out
 
 
-def state_parts(block, axis, keepdims, moments=True, computing_meta=False):
+def state_parts(block, axis, keepdims, moments=True, counts=False, computing_meta=False):
     """Dask's chunk step on STATE arrays: the state as combine_states takes
-    it, (n, mean, m2) (m2 None for RMS statistics)."""
+    it, (n, mean, m2) (m2 None for RMS statistics; counts: aggregated as
+    STATE)."""
     if computing_meta:
-        return np.empty((0,) * block.ndim, MOMENTS if moments else SQUARES)
+        return np.empty((0,) * block.ndim, STATE if counts else MOMENTS if moments else SQUARES)
     return (np.ascontiguousarray(block["n"]), np.ascontiguousarray(block["mean"]),
             np.ascontiguousarray(block["m2"]) if moments else None)
 
@@ -151,13 +158,16 @@ def combine_states(parts, axis, keepdims):
     return n, mean, m2
 
 
-def aggregate_states(parts, axis, keepdims, computing_meta=False):
+def aggregate_states(parts, axis, keepdims, computing_meta=False, counts=False):
     """Dask's last step: the merged state as a MOMENTS or SQUARES array (an
-    empty reduction gives NaN, as NumPy's does)."""
+    empty reduction gives NaN, as NumPy's does); with counts, as a STATE
+    array (each slice's count beside its moments)."""
     if computing_meta:
         return parts
     n, mean, m2 = combine_states(parts, axis, keepdims)
-    out = np.empty(mean.shape, SQUARES if m2 is None else MOMENTS)
+    out = np.empty(mean.shape, STATE if counts else SQUARES if m2 is None else MOMENTS)
+    if counts:
+        out["n"] = n
     out["mean"] = np.where(n == 0, np.nan, mean)
     if m2 is not None:
         out["m2"] = np.where(n == 0, np.nan, m2)
@@ -166,6 +176,13 @@ def aggregate_states(parts, axis, keepdims, computing_meta=False):
 
 # --------------------------------------------------------------------------
 # normalizing one chunk
+
+def numbers_only(block):
+    """block itself, or ValueError where it holds a NaN (nan_policy="raise"
+    on a Dask array: raised when the chunk is computed)."""
+    refuse_nan(as_input(block))
+    return block
+
 
 def kernel_ready(a):
     """a as the kernels read it: C-contiguous, aligned float64.  Arrays that
