@@ -13,6 +13,8 @@ Dask's tree reduction (``pip install 'numpy-fastnorm[dask]'``).
 """
 from ._version import __version__
 from ._api import batch_norm, layer_norm, mean_var, rms_norm
+from ._zscore import zscore
+from ._moments import Moments
 from ._family import group_norm, instance_norm, weight_norm, weight_standardize
 from ._grad import (batch_norm_backward, group_norm_backward, layer_norm_backward,
                     rms_norm_backward)
@@ -22,6 +24,8 @@ from ._explain import explain
 __all__ = [
     "__version__",
     "mean_var",
+    "zscore",
+    "Moments",
     "layer_norm",
     "rms_norm",
     "batch_norm",

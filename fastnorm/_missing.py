@@ -16,7 +16,7 @@ def refuse_nan(x, name="x"):
         raise ValueError(f"{name} holds NaN (nan_policy='raise')")
 
 
-def omitted_stats(x, axes, where=None):
+def omitted_stats(x, axes, where=None, warn=True):
     """Each slice's (mean, m2, count) over its values that are numbers and,
     with where (as_where's bytes), selected: float64 in keepdims layout.
     Without where, one unmasked call first: data without NaN costs nothing
@@ -24,7 +24,7 @@ def omitted_stats(x, axes, where=None):
     or an inf, which stays) are taken again, NaN left out, in the kernels'
     masked pass (no mask of x's size: theirs is one byte a slice).  A slice
     with no number gets NaN statistics and count 0 (warned of, as
-    np.nanmean warns)."""
+    np.nanmean warns, unless warn is False: a Dask chunk's slices)."""
     shape = keepdims_shape(x.shape, axes)
     if where is None:
         mean, m2, _ = forward(x, axes, "stats")
@@ -38,7 +38,7 @@ def omitted_stats(x, axes, where=None):
     else:
         redo = None
     part = np.empty(shape)
-    m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=True)
+    m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=True, warn=warn)
     if redo is None:
         return m, q, part
     np.copyto(mean, m, where=redo)

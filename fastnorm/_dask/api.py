@@ -197,6 +197,40 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
     return y, stat_out(mean, x.dtype, dtype), stat_out(rstd, x.dtype, dtype)
 
 
+def moments_piece(x, axis, where, nan_policy):
+    """Moments.update's piece, a Dask array: its state (count, mean, m2)
+    computed now (the chunks' states merged in Dask's tree, one pass), and
+    its kept shape."""
+    x = lazy_input(x)
+    axes = axes_tuple(axis, x.ndim)
+    where = lazy_where(where, x)
+    x, omit = _policy(x, nan_policy)
+    states = merged_states(x, axes, "center", where, omit)
+    if omit:
+        n = states["n"]
+    elif where is None:
+        n = da.full(states.shape, float(math.prod(x.shape[i] for i in axes)),
+                    chunks=states.chunks)
+    else:
+        n = selected_count(where, x, axes)
+    n, mean, m2 = dask.compute(n, states["mean"], states["m2"])
+    return n, mean, m2, tuple(s for i, s in enumerate(x.shape) if i not in axes)
+
+
+def zscore(a, axis, ddof, nan_policy, out, dtype):
+    x = lazy_input(a, "a")
+    axes = axes_tuple(axis, x.ndim)
+    out_dtype, _ = result_dtypes(x.dtype, dtype)
+    no_out(out)
+    x, omit = _policy(x, nan_policy)
+    states = merged_states(x, axes, "center", None, omit)
+    n = states["n"] if omit else math.prod(x.shape[i] for i in axes)
+    mean = states.map_blocks(tasks.centre, dtype=np.float64)
+    scale = da.map_blocks(tasks.scores_scale, mean, states["m2"], n, ddof, out_dtype,
+                          dtype=np.float64)
+    return given_normalize(x, axes, mean, scale, None, None, out_dtype)
+
+
 # --------------------------------------------------------------------------
 # group and instance norm, weight normalization and standardization
 

@@ -28,7 +28,9 @@ from .._args import as_input
 from .._config import thread_cap
 from .._where import as_where
 from .._call import backward_dx, backward_sums, forward, normalize
-from .._missing import omitted_stats, refuse_nan
+from .._missing import refuse_nan
+from .._moments import piece_moments
+from .._zscore import zscore_scale
 
 # The tree reduction's result: per slice the mean (of x, or of x**2 for RMS
 # statistics) and, for moments, the sum of squared deviations.
@@ -119,10 +121,11 @@ def chunk_state_where(block, where=None, *, axes, mode, omit=False):
     count = np.empty(shape)
     w = None if where is None else as_where(where, block.shape)
     with sharing_cores():
-        if omit:
-            s0, s1, count = omitted_stats(as_input(block), axes, w)
+        # (a chunk's slice may hold no value: a part of a slice, not empty)
+        if mode == "stats":
+            count, s0, s1 = piece_moments(as_input(block), axes, w, omit, warn=False)
         else:
-            s0, s1, _ = forward(as_input(block), axes, mode, where=w, count=count)
+            s0, s1, _ = forward(as_input(block), axes, mode, where=w, count=count, warn=False)
     out["n"], out["mean"] = count, s0
     if mode == "stats":
         out["m2"] = s1
@@ -298,6 +301,11 @@ def centre(states):
     """The mean of MOMENTS as mean_var's: NaN where the M2 is (a slice with
     a NaN or an inf has neither; Chan's merge may leave an inf mean there)."""
     return _simd.kernels.means_of(states["mean"], states["m2"])
+
+
+def scores_scale(mean, m2, n, ddof, dtype):
+    """zscore's 1 / std of a block of merged statistics (zscore_scale)."""
+    return zscore_scale(mean, m2, n, ddof, dtype)
 
 
 def variance(m2, n, ddof=0):

@@ -1,0 +1,131 @@
+"""zscore: SciPy's standard scores in two passes over the data (the
+statistics, then the output), whatever the axes and the layout."""
+import math
+import warnings
+
+import numpy as np
+
+from . import _simd
+from ._args import as_input, axes_tuple, keepdims_shape, nan_policy_of, result_dtypes
+from ._call import forward, normalize
+from ._lazy import any_dask, via_dask
+from ._missing import omitted_stats, refuse_nan
+from ._where import Input, as_where
+
+__all__ = ["zscore", "zscore_scale"]
+
+
+def zscore_scale(mean, m2, n, ddof, dtype):
+    """1 / std of each slice as zscore divides by it (float64, a new array):
+    std over n - ddof; NaN where there are no degrees of freedom (SciPy's
+    silent NaN) or where the slice is constant, std <= |eps * mean| with
+    eps of the result dtype (SciPy's rule: 0/0 is not a score)."""
+    std = np.sqrt(_simd.kernels.variance(m2, n, ddof))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = 1.0 / std
+    flat = (std <= np.abs(np.finfo(dtype).eps * mean)) | (np.asarray(n) - ddof <= 0)
+    scale[np.broadcast_to(flat, scale.shape)] = np.nan
+    return scale
+
+
+def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
+    """Standard scores: ``(a - mean) / std`` along ``axis``, as ``scipy.stats.zscore``.
+
+    The mean and the standard deviation of each slice come from one pass
+    (single-pass Welford updates merged with Chan et al.'s formula, in
+    float64, exact for data with a large common offset); the scores from a
+    second, written in the result dtype.
+
+    Parameters
+    ----------
+    a : array_like
+        Real numbers; integers and bool are converted to float64.
+    axis : None, int or tuple of ints, optional
+        Axes the mean and standard deviation are taken over (default 0, as
+        SciPy's); ``None``: over the whole array.  The scores have a's shape
+        whatever the axis.
+    ddof : int, optional
+        The standard deviation divides by ``n - ddof`` (default 0).
+    nan_policy : {"propagate", "omit", "raise"}, optional
+        SciPy's: "propagate" (default), a slice that holds a NaN gets NaN
+        scores; "omit", each slice's statistics are over its values that
+        are not NaN, and NaN scores stay NaN; "raise", ValueError if a holds
+        a NaN.  Only NaN is omitted: an inf gives NaN scores in its slice.
+    out : ndarray, optional
+        Output of a's shape and the result dtype (``out=a`` works in place).
+        Not with Dask arrays (TypeError).
+    dtype : dtype, optional
+        Result dtype (float16, float32 or float64); default a's float dtype,
+        float64 for integers (SciPy's).
+
+    Returns
+    -------
+    z : ndarray
+        Of a's shape.  NaN throughout a slice that is constant (its standard
+        deviation at most ``eps * |mean|``, eps of the result dtype: SciPy's
+        rule), that has no more than ``ddof`` values, or (with "propagate")
+        that holds a NaN or inf.  An empty a gives an empty z.  A masked
+        array gives a masked z, its statistics over the unmasked values; an
+        ndarray subclass comes back through its ``__array_wrap__``.
+
+    Raises
+    ------
+    TypeError
+        a not of real numbers, ``dtype`` not a float dtype fastnorm
+        computes in, an axis that is not an integer, or ``out`` not an
+        ndarray of the result dtype.
+    ValueError
+        A repeated axis, ``out`` of the wrong shape or read-only, an unknown
+        nan_policy, or (nan_policy="raise") a NaN in a.
+    numpy.exceptions.AxisError
+        An axis out of range (a ValueError too).
+
+    Notes
+    -----
+    No warning where SciPy gives none (constant or all-NaN slices, ``n <=
+    ddof``); SciPy's precision-loss warning for nearly constant data is not
+    given: the statistics here do not lose those digits.
+
+    See Also
+    --------
+    mean_var : The statistics alone, with ``where=``.
+    Moments : Statistics of data seen in pieces, then ``normalize``.
+    scipy.stats.zscore : The same results, in more passes.
+
+    Examples
+    --------
+    >>> import numpy as np, fastnorm
+    >>> fastnorm.zscore(np.array([1.0, 2.0, 3.0, 4.0])).round(4)
+    array([-1.3416, -0.4472,  0.4472,  1.3416])
+    >>> fastnorm.zscore(np.array([1.0, np.nan, 3.0]), nan_policy="omit")
+    array([-1., nan,  1.])
+    """
+    policy = nan_policy_of(nan_policy)
+    if any_dask(a):
+        return via_dask(zscore, locals())
+    inp = Input(a, None, "a")
+    x = as_input(inp.data, "a")
+    axes = axes_tuple(axis, x.ndim)
+    out_dtype, _ = result_dtypes(x.dtype, dtype)
+    where = as_where(inp.where, x.shape)
+    if policy == "raise":
+        refuse_nan(x, "a")
+    shape = keepdims_shape(x.shape, axes)
+    with warnings.catch_warnings():
+        # SciPy's zscore is silent about empty and all-NaN slices.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if policy == "omit":
+            mean, m2, n = omitted_stats(x, axes, where)
+        elif where is None:
+            mean, m2, _ = forward(x, axes, "stats")
+            n = math.prod(x.shape[i] for i in axes)
+        else:
+            n = np.empty(shape)
+            mean, m2, _ = forward(x, axes, "stats", where=where, count=n)
+    scale = zscore_scale(mean, m2, n, ddof, out_dtype)
+    selected = {} if where is None else {"where": where, "count": np.empty(shape)}
+    y, _, _, _ = normalize(x, axes, "given", eps=0.0, gamma=None, beta=None, out=out,
+                           dtype=dtype, n_stats=0, given=(mean, scale), **selected)
+    if out is not None:
+        return y
+    return inp.wrap(y, None if where is None else np.logical_not(where.view(np.bool_)))
