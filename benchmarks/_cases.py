@@ -211,6 +211,42 @@ def _mean_var(c):
             lambda: (np.mean(x, axis=red, dtype=acc), np.var(x, axis=red, dtype=acc)))
 
 
+def _zscore(c):
+    fn = c.function("zscore")
+    x, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
+
+    def numpy():
+        # SciPy's formula: the mean, the standard deviation, then the scores.
+        m = x.mean(red, dtype=acc, keepdims=True)
+        return ((x - m) / x.std(red, dtype=acc, keepdims=True)).astype(x.dtype, copy=False)
+
+    return lambda: fn(x, axis), numpy
+
+
+def _moments(c):
+    """Moments fed x in 16 chunks along its first reduced axis; NumPy: the
+    running sums a user keeps (count, sum, sum of squares in float64)."""
+    cls = c.function("Moments")
+    x, axis, red = c.x, c.axis, c.reduced
+    chunks = np.array_split(x, 16, axis=red[0])
+
+    def fast():
+        m = cls(axis)
+        for part in chunks:
+            m.update(part)
+        return m.mean, m.var()
+
+    def numpy():
+        n, s, q = 0, 0.0, 0.0
+        for part in chunks:
+            n += np.prod([part.shape[i] for i in red])
+            s = s + part.sum(red, dtype=np.float64)
+            q = q + np.square(part, dtype=np.float64).sum(red)
+        return s / n, q / n - (s / n) ** 2
+
+    return fast, numpy
+
+
 def _layer_norm(c):
     fn = c.function("layer_norm")
     x, axis, red, acc = c.x, c.axis, c.reduced, _acc(c.x)
@@ -420,6 +456,8 @@ def _group_norm_backward(c):
 OPS = [
     Op("mean_var", {"rows": -1, "rows16": -1, "columns": 0, "NCHW": (0, 2, 3),
                     "NHWC": (0, 1, 2)}, _mean_var),
+    Op("zscore", {"rows": -1, "columns": 0}, _zscore),
+    Op("Moments", {"rows": -1, "columns": 0}, _moments),
     Op("layer_norm", {"rows": -1, "rows16": -1, "rows32": -1, "columns": 0, "NCHW": (1, 2, 3)},
        _layer_norm),
     Op("rms_norm", {"rows": -1, "rows32": -1, "columns": 0}, _rms_norm),

@@ -231,3 +231,104 @@ class Where:
             fastnorm.batch_norm(self.x, axis=(0, 1), where=self.where)
         else:
             fastnorm.mean_var(self.x, -1, where=self.where)
+
+
+def _missing_values_available():
+    import fastnorm
+    if "nan_policy" not in inspect.signature(fastnorm.mean_var).parameters:
+        raise NotImplementedError("nan_policy is not in this version")
+
+
+class MissingValues:
+    """nan_policy="omit" beside "propagate" on the same data, float32
+    (4096, 1024), one thread: over rows (axis -1) and columns (axis 0), on
+    data without NaN and with 10% of its values NaN; zscore among them."""
+    params = [["mean_var", "layer_norm", "batch_norm", "zscore"], ["rows", "columns"],
+              ["no_nan", "nan_10"], ["propagate", "omit"]]
+    param_names = ["func", "axis", "data", "policy"]
+
+    def setup(self, func, axis, data, policy):
+        import fastnorm
+        _missing_values_available()
+        rng = np.random.default_rng(0)
+        self.x = rng.standard_normal((4096, 1024)).astype(np.float32)
+        if data == "nan_10":
+            self.x[rng.random(self.x.shape) < 0.1] = np.nan
+        self.out = np.empty_like(self.x)
+        self.axis = -1 if axis == "rows" else 0
+        fastnorm.set_num_threads(1)
+        warnings.filterwarnings("ignore", "Mean of empty slice|Degrees of freedom", RuntimeWarning)
+        self.time_call(func, axis, data, policy)
+
+    def teardown(self, *args):
+        import fastnorm
+        fastnorm.set_num_threads(None)
+
+    def time_call(self, func, axis, data, policy):
+        import fastnorm
+        if func == "mean_var":
+            fastnorm.mean_var(self.x, self.axis, nan_policy=policy)
+        elif func == "batch_norm":
+            fastnorm.batch_norm(self.x, axis=self.axis, out=self.out, nan_policy=policy)
+        else:
+            getattr(fastnorm, func)(self.x, axis=self.axis, out=self.out, nan_policy=policy)
+
+
+class ZscoreSciPy:
+    """scipy.stats.zscore on MissingValues' arrays without NaN (the
+    yardstick of fastnorm's zscore there)."""
+    params = [["rows", "columns"]]
+    param_names = ["axis"]
+
+    def setup(self, axis):
+        try:
+            from scipy import stats
+        except ImportError:
+            raise NotImplementedError("SciPy is not installed")
+        self.zscore = stats.zscore
+        self.x = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
+        self.axis = -1 if axis == "rows" else 0
+
+    def time_scipy(self, axis):
+        self.zscore(self.x, axis=self.axis)
+
+
+class Streams:
+    """A data set of (1e6, 64) float32 in 100 chunks: Moments.update on one
+    chunk beside mean_var on it, the whole stream through Moments, and
+    scikit-learn's StandardScaler.partial_fit on the same chunks."""
+    params = [["mean_var_chunk", "moments_chunk", "moments_stream", "sklearn_stream"]]
+    param_names = ["call"]
+
+    def setup(self, call):
+        import fastnorm
+        if not hasattr(fastnorm, "Moments"):
+            raise NotImplementedError("Moments is not in this version")
+        if call == "sklearn_stream":
+            try:
+                from sklearn.preprocessing import StandardScaler
+            except ImportError:
+                raise NotImplementedError("scikit-learn is not installed")
+            self.scaler = StandardScaler
+        self.chunks = np.array_split(
+            np.random.default_rng(0).standard_normal((1_000_000, 64)).astype(np.float32), 100)
+        fastnorm.set_num_threads(1)
+
+    def teardown(self, call):
+        import fastnorm
+        fastnorm.set_num_threads(None)
+
+    def time_call(self, call):
+        import fastnorm
+        if call == "mean_var_chunk":
+            fastnorm.mean_var(self.chunks[0], 0)
+        elif call == "moments_chunk":
+            fastnorm.Moments(0).update(self.chunks[0])
+        elif call == "moments_stream":
+            m = fastnorm.Moments(0)
+            for c in self.chunks:
+                m.update(c)
+        else:
+            s = self.scaler()
+            for c in self.chunks:
+                s.partial_fit(c)

@@ -55,6 +55,7 @@ _Axis: TypeAlias = SupportsIndex | tuple[SupportsIndex, ...] | None
 _Param: TypeAlias = ArrayLike | None
 _Out: TypeAlias = _Float | tuple[_Float | None, ...] | None
 _Running: TypeAlias = _Float | None
+_NanPolicy: TypeAlias = Literal["propagate", "omit", "raise"]
 
 # --------------------------------------------------------------------------
 # mean_var: NumPy scalars when the result is 0-d (axis=None, the default,
@@ -64,46 +65,110 @@ _Running: TypeAlias = _Float | None
 def mean_var(
     x: _D, axis: _Axis = None, *, ddof: float = 0, keepdims: bool = False,
     dtype: DTypeLike | None = None, out: None = None, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_D, _D]: ...
 @overload
 def mean_var(
     x: NDArray[_F], axis: None = None, *, ddof: float = 0, keepdims: Literal[False] = False,
     dtype: None = None, out: None = None, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F, _F]: ...
 @overload
 def mean_var(
     x: NDArray[_F], axis: _Axis = None, *, ddof: float = 0, keepdims: bool = False,
     dtype: None = None, out: tuple[_Float | None, _Float | None] | None = None,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[NDArray[_F] | _F, NDArray[_F] | _F]: ...
 @overload
 def mean_var(
     x: _ToF64, axis: None = None, *, ddof: float = 0, keepdims: Literal[False] = False,
     dtype: None = None, out: None = None, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[np.float64, np.float64]: ...
 @overload
 def mean_var(
     x: _ToF64, axis: _Axis = None, *, ddof: float = 0, keepdims: bool = False,
     dtype: None = None, out: tuple[_Float | None, _Float | None] | None = None,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F64 | np.float64, _F64 | np.float64]: ...
 @overload
 def mean_var(
     x: ArrayLike, axis: None = None, *, ddof: float = 0, keepdims: Literal[False] = False,
     dtype: _DType[_F], out: None = None, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F, _F]: ...
 @overload
 def mean_var(
     x: ArrayLike, axis: _Axis = None, *, ddof: float = 0, keepdims: bool = False,
     dtype: _DType[_F], out: tuple[_Float | None, _Float | None] | None = None,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[NDArray[_F] | _F, NDArray[_F] | _F]: ...
 @overload
 def mean_var(
     x: ArrayLike, axis: _Axis = None, *, ddof: float = 0, keepdims: bool = False,
     dtype: DTypeLike | None = None, out: tuple[_Float | None, _Float | None] | None = None,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_Float | np.floating[Any], _Float | np.floating[Any]]: ...
+
+# --------------------------------------------------------------------------
+# zscore: the scores in a's float dtype (float64 for integers) or dtype=.
+
+@overload
+def zscore(
+    a: _D, axis: _Axis = 0, *, ddof: float = 0, nan_policy: _NanPolicy = "propagate",
+    out: None = None, dtype: DTypeLike | None = None,
+) -> _D: ...
+@overload
+def zscore(
+    a: NDArray[_F], axis: _Axis = 0, *, ddof: float = 0, nan_policy: _NanPolicy = "propagate",
+    out: NDArray[_F] | None = None, dtype: None = None,
+) -> NDArray[_F]: ...
+@overload
+def zscore(
+    a: _ToF64, axis: _Axis = 0, *, ddof: float = 0, nan_policy: _NanPolicy = "propagate",
+    out: _F64 | None = None, dtype: None = None,
+) -> _F64: ...
+@overload
+def zscore(
+    a: ArrayLike, axis: _Axis = 0, *, ddof: float = 0, nan_policy: _NanPolicy = "propagate",
+    out: NDArray[_F] | None = None, dtype: _DType[_F],
+) -> NDArray[_F]: ...
+@overload
+def zscore(
+    a: ArrayLike, axis: _Axis = 0, *, ddof: float = 0, nan_policy: _NanPolicy = "propagate",
+    out: _Float | None = None, dtype: DTypeLike | None = None,
+) -> _Float: ...
+
+# --------------------------------------------------------------------------
+# Moments: a streaming accumulator; statistics are float64 of the kept shape.
+
+class Moments:
+    def __init__(self, axis: _Axis = None, *, nan_policy: _NanPolicy = "propagate") -> None: ...
+    def update(self, x: ArrayLike | _DaskArray, *, where: ArrayLike | None = None) -> Moments: ...
+    def merge(self, other: Moments) -> Moments: ...
+    def __add__(self, other: Moments) -> Moments: ...
+    def copy(self) -> Moments: ...
+    @property
+    def axis(self) -> int | tuple[int, ...] | None: ...
+    @property
+    def nan_policy(self) -> str: ...
+    @property
+    def count(self) -> _F64: ...
+    @property
+    def mean(self) -> _F64: ...
+    def var(self, ddof: float = 0) -> _F64: ...
+    def std(self, ddof: float = 0) -> _F64: ...
+    @overload
+    def normalize(self, x: NDArray[_F], *, eps: float = 0.0,
+                  out: NDArray[_F] | None = None) -> NDArray[_F]: ...
+    @overload
+    def normalize(self, x: ArrayLike, *, eps: float = 0.0,
+                  out: _Float | None = None) -> _Float: ...
+    def __eq__(self, other: object) -> bool: ...
 
 # --------------------------------------------------------------------------
 # layer_norm: y, or (y, mean, rstd)
@@ -113,108 +178,126 @@ def layer_norm(
     x: _D, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: None = None, dtype: DTypeLike | None = None,
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _D: ...
 @overload
 def layer_norm(
     x: _D, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: None = None, dtype: DTypeLike | None = None,
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_D, _D, _D]: ...
 @overload
 def layer_norm(
     x: _D, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: None = None, dtype: DTypeLike | None = None,
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _D | tuple[_D, _D, _D]: ...
 @overload
 def layer_norm(
     x: NDArray[_H], gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: None = None,
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H]: ...
 @overload
 def layer_norm(
     x: NDArray[_H], gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: None = None,
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[NDArray[_H], _F32, _F32]: ...
 @overload
 def layer_norm(
     x: NDArray[_H], gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: None = None,
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H] | tuple[NDArray[_H], _F32, _F32]: ...
 @overload
 def layer_norm(
     x: _ToF64, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: None = None,
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64: ...
 @overload
 def layer_norm(
     x: _ToF64, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: None = None,
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F64, _F64, _F64]: ...
 @overload
 def layer_norm(
     x: _ToF64, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: None = None,
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64 | tuple[_F64, _F64, _F64]: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: _DType[_H],
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H]: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: _DType[_H],
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[NDArray[_H], _F32, _F32]: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: _DType[_H],
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H] | tuple[NDArray[_H], _F32, _F32]: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: _DType[np.float64],
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: _DType[np.float64],
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F64, _F64, _F64]: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: _DType[np.float64],
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64 | tuple[_F64, _F64, _F64]: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: DTypeLike | None = None,
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _Float: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: DTypeLike | None = None,
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_Float, _Float, _Float]: ...
 @overload
 def layer_norm(
     x: ArrayLike, gamma: _Param = None, beta: _Param = None, *, axis: _Axis = -1,
     eps: float = 1e-5, out: _Out = None, dtype: DTypeLike | None = None,
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _Float | tuple[_Float, _Float, _Float]: ...
 
 # --------------------------------------------------------------------------
@@ -225,108 +308,126 @@ def rms_norm(
     x: _D, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5, out: None = None,
     dtype: DTypeLike | None = None, return_stats: Literal[False] = False,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _D: ...
 @overload
 def rms_norm(
     x: _D, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5, out: None = None,
     dtype: DTypeLike | None = None, return_stats: Literal[True],
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_D, _D]: ...
 @overload
 def rms_norm(
     x: _D, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5, out: None = None,
     dtype: DTypeLike | None = None, return_stats: bool,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _D | tuple[_D, _D]: ...
 @overload
 def rms_norm(
     x: NDArray[_H], gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: None = None, return_stats: Literal[False] = False,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H]: ...
 @overload
 def rms_norm(
     x: NDArray[_H], gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: None = None, return_stats: Literal[True],
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[NDArray[_H], _F32]: ...
 @overload
 def rms_norm(
     x: NDArray[_H], gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: None = None, return_stats: bool,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H] | tuple[NDArray[_H], _F32]: ...
 @overload
 def rms_norm(
     x: _ToF64, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: None = None, return_stats: Literal[False] = False,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64: ...
 @overload
 def rms_norm(
     x: _ToF64, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: None = None, return_stats: Literal[True],
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F64, _F64]: ...
 @overload
 def rms_norm(
     x: _ToF64, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: None = None, return_stats: bool,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64 | tuple[_F64, _F64]: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: _DType[_H], return_stats: Literal[False] = False,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H]: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: _DType[_H], return_stats: Literal[True],
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[NDArray[_H], _F32]: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: _DType[_H], return_stats: bool,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H] | tuple[NDArray[_H], _F32]: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: _DType[np.float64], return_stats: Literal[False] = False,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: _DType[np.float64], return_stats: Literal[True],
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F64, _F64]: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: _DType[np.float64], return_stats: bool,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64 | tuple[_F64, _F64]: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: DTypeLike | None = None, return_stats: Literal[False] = False,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _Float: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: DTypeLike | None = None, return_stats: Literal[True],
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_Float, _Float]: ...
 @overload
 def rms_norm(
     x: ArrayLike, gamma: _Param = None, *, axis: _Axis = -1, eps: float = 1e-5,
     out: _Out = None, dtype: DTypeLike | None = None, return_stats: bool,
     where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _Float | tuple[_Float, _Float]: ...
 
 # --------------------------------------------------------------------------
@@ -338,6 +439,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: None = None, dtype: DTypeLike | None = None,
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _D: ...
 @overload
 def batch_norm(
@@ -345,6 +447,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: None = None, dtype: DTypeLike | None = None,
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_D, _D, _D]: ...
 @overload
 def batch_norm(
@@ -352,6 +455,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: None = None, dtype: DTypeLike | None = None,
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _D | tuple[_D, _D, _D]: ...
 @overload
 def batch_norm(
@@ -359,6 +463,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: None = None,
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H]: ...
 @overload
 def batch_norm(
@@ -366,6 +471,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: None = None,
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[NDArray[_H], _F32, _F32]: ...
 @overload
 def batch_norm(
@@ -373,6 +479,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: None = None,
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H] | tuple[NDArray[_H], _F32, _F32]: ...
 @overload
 def batch_norm(
@@ -380,6 +487,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: None = None,
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64: ...
 @overload
 def batch_norm(
@@ -387,6 +495,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: None = None,
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F64, _F64, _F64]: ...
 @overload
 def batch_norm(
@@ -394,6 +503,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: None = None,
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64 | tuple[_F64, _F64, _F64]: ...
 @overload
 def batch_norm(
@@ -401,6 +511,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: _DType[_H],
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H]: ...
 @overload
 def batch_norm(
@@ -408,6 +519,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: _DType[_H],
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[NDArray[_H], _F32, _F32]: ...
 @overload
 def batch_norm(
@@ -415,6 +527,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: _DType[_H],
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> NDArray[_H] | tuple[NDArray[_H], _F32, _F32]: ...
 @overload
 def batch_norm(
@@ -422,6 +535,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: _DType[np.float64],
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64: ...
 @overload
 def batch_norm(
@@ -429,6 +543,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: _DType[np.float64],
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_F64, _F64, _F64]: ...
 @overload
 def batch_norm(
@@ -436,6 +551,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: _DType[np.float64],
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _F64 | tuple[_F64, _F64, _F64]: ...
 @overload
 def batch_norm(
@@ -443,6 +559,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: DTypeLike | None = None,
     return_stats: Literal[False] = False, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _Float: ...
 @overload
 def batch_norm(
@@ -450,6 +567,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: DTypeLike | None = None,
     return_stats: Literal[True], where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> tuple[_Float, _Float, _Float]: ...
 @overload
 def batch_norm(
@@ -457,6 +575,7 @@ def batch_norm(
     running_var: _Running = None, *, training: bool = True, momentum: float = 0.1,
     eps: float = 1e-5, axis: _Axis = None, out: _Out = None, dtype: DTypeLike | None = None,
     return_stats: bool, where: ArrayLike | None = None,
+    nan_policy: _NanPolicy = "propagate",
 ) -> _Float | tuple[_Float, _Float, _Float]: ...
 
 # --------------------------------------------------------------------------
@@ -917,6 +1036,8 @@ def explain(func: Callable[..., object], *args: object, **kwargs: object) -> dic
 __all__ = [
     "__version__",
     "mean_var",
+    "zscore",
+    "Moments",
     "layer_norm",
     "rms_norm",
     "batch_norm",

@@ -51,6 +51,15 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
         Elements to include, broadcast to x (``np.var``'s ``where=``): each
         slice's statistics are over its selected values, ``n`` is their
         number.
+    nan_policy : {"propagate", "omit", "raise"}, optional
+        What a NaN in x does (SciPy's names): "propagate" (default), its
+        slice's statistics are NaN; "omit", each slice's statistics are over
+        its values that are not NaN (and selected, with ``where``), as
+        ``np.nanmean`` / ``np.nanvar`` give them, ``n`` their number (a
+        slice with none: NaN, warned of); "raise", ValueError if x holds a
+        NaN.  Only NaN is omitted: an inf still gives NaN.  "omit" costs
+        one pass over data without NaN; the slices with a NaN are read
+        once more, with no temporary of x's size.
 
     Returns
     -------
@@ -77,7 +86,8 @@ def mean_var(x, axis=None, *, ddof=0, keepdims=False, dtype=None, out=None, wher
         to an ndarray would strip of its meaning (units, device memory).
     ValueError
         A repeated axis, an ``out`` array of the wrong shape or read-only,
-        or a ``where`` that does not broadcast to x.
+        a ``where`` that does not broadcast to x, an unknown
+        ``nan_policy``, or (``nan_policy="raise"``) a NaN in x.
     numpy.exceptions.AxisError
         An axis out of range (a ValueError too).
 
@@ -193,6 +203,15 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
         ufuncs do), a fresh y holds 0 there.  A masked array x selects its
         unmasked values, and y comes back masked where x is (or where= is
         false).
+    nan_policy : {"propagate", "omit", "raise"}, optional
+        What a NaN in x does (SciPy's names): "propagate" (default), its
+        slice is NaN; "omit", each slice's statistics are over its values
+        that are not NaN and y is NaN where x is and normalized elsewhere
+        (as scikit-learn's ``StandardScaler`` keeps missing values);
+        "raise", ValueError if x holds a NaN, nothing written.  Only NaN
+        is omitted: an inf still gives NaN.  "omit" reads the slices that
+        hold a NaN once more (statistics, then output), with no temporary
+        of x's size.
 
     Returns
     -------
@@ -218,7 +237,8 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     ValueError
         gamma or beta of the wrong shape, ``eps`` negative or not finite, a
         repeated axis, ``out`` of the wrong shape (or tuple length) or
-        read-only, or a ``where`` that does not broadcast to x.
+        read-only, a ``where`` that does not broadcast to x, an
+        unknown ``nan_policy``, or (``nan_policy="raise"``) a NaN in x.
     numpy.exceptions.AxisError
         An axis out of range (a ValueError too).
 
@@ -301,6 +321,9 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     where : array_like of bool, optional
         Elements to include, broadcast to x, as in ``layer_norm``: the mean
         of squares over the selected values, y written there alone.
+    nan_policy : {"propagate", "omit", "raise"}, optional
+        As in ``layer_norm``: with "omit", the mean of squares over the
+        values that are not NaN, y NaN where x is.
 
     Returns
     -------
@@ -323,8 +346,9 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
         of its meaning.
     ValueError
         gamma of the wrong shape, ``eps`` negative or not finite, a repeated
-        axis, ``out`` of the wrong shape (or tuple length) or read-only, or a
-        ``where`` that does not broadcast to x.
+        axis, ``out`` of the wrong shape (or tuple length) or read-only, a
+        ``where`` that does not broadcast to x, an
+        unknown ``nan_policy``, or (``nan_policy="raise"``) a NaN in x.
     numpy.exceptions.AxisError
         An axis out of range (a ValueError too).
 
@@ -432,6 +456,13 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         (with ``out=`` the others keep their old values, a fresh y holds 0
         there).  A masked array x selects its unmasked values, and y comes
         back masked where x is (or where= is false).
+    nan_policy : {"propagate", "omit", "raise"}, optional
+        As in ``layer_norm``: with "omit" (training), each feature's
+        statistics are over its values that are not NaN, and the running
+        statistics are updated with each feature's own count (a feature
+        with none keeps them; one with a single value raises, as with
+        ``where=``).  In eval nothing is computed from x: "omit" changes
+        nothing there, and "raise" still refuses a NaN.
 
     Returns
     -------
@@ -454,8 +485,9 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         shape, a negative or non-finite eps, a non-finite momentum, a
         running statistic that is read-only or shares memory with another
         written array, x of fewer than 2 dimensions with ``axis=None``, a
-        repeated axis, ``out`` of the wrong shape or read-only, or a
-        ``where`` that does not broadcast to x.
+        repeated axis, ``out`` of the wrong shape or read-only, a
+        ``where`` that does not broadcast to x, an
+        unknown ``nan_policy``, or (``nan_policy="raise"``) a NaN in x.
     TypeError
         x or a parameter not of real numbers, in training a running
         statistic that is not a float ndarray, ``dtype`` not float16, float32

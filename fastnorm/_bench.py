@@ -69,6 +69,10 @@ CASES = [
     Case("batch_norm eval NCHW", "batch_norm_eval", (32, 64, 56, 56), None),
     Case("mean_var rows", "mean_var", (8192, 1024), -1),
     Case("mean_var columns", "mean_var", (8192, 1024), 0),
+    Case("layer_norm rows, omit NaN", "layer_norm_omit", (8192, 1024), -1),
+    Case("layer_norm rows, omit 10% NaN", "layer_norm_omit_nan", (8192, 1024), -1),
+    Case("mean_var rows, omit 10% NaN", "mean_var_omit_nan", (8192, 1024), -1),
+    Case("zscore columns", "zscore", (4096, 1024), 0),
     Case("layer_norm bwd rows", "layer_norm_backward", (8192, 1024), -1),
     Case("batch_norm bwd (N, C)", "batch_norm_backward", (65536, 512), 0),
 ]
@@ -223,6 +227,52 @@ def _mean_var(rng, x, axis, axes):
                     copy=lambda: np.copyto(scratch, x), bytes_moved=x.nbytes)
 
 
+def _with_nan(rng, x, share):
+    """x with a share of its values NaN, in place."""
+    if share:
+        x[rng.random(x.shape, dtype=np.float32) < share] = np.nan
+    return x
+
+
+def _layer_norm_omit(rng, x, axis, axes, share=0.0):
+    """layer_norm with nan_policy="omit"; NumPy's nanmean and nanvar."""
+    _with_nan(rng, x, share)
+    g, g_b = _param(rng, x, axes, True, 1.0, 0.1)
+    b, b_b = _param(rng, x, axes, True, 0.0, 0.1)
+    y = np.empty_like(x)
+
+    def ref():
+        m = np.nanmean(x, axes, keepdims=True)
+        v = np.nanvar(x, axes, keepdims=True)
+        return (x - m) / np.sqrt(v + EPS) * g_b + b_b
+
+    return Prepared(fast=_call(fastnorm.layer_norm, x, g, b, axis=axis, eps=EPS, out=y,
+                               nan_policy="omit"),
+                    ref=ref, copy=lambda: np.copyto(y, x), bytes_moved=2 * x.nbytes)
+
+
+def _mean_var_omit(rng, x, axis, axes, share=0.1):
+    _with_nan(rng, x, share)
+    kept_shape = tuple(s for i, s in enumerate(x.shape) if i not in axes)
+    mean, var = np.empty(kept_shape, DTYPE), np.empty(kept_shape, DTYPE)
+    scratch = np.empty_like(x)
+    return Prepared(fast=_call(fastnorm.mean_var, x, axis, out=(mean, var), nan_policy="omit"),
+                    ref=lambda: (np.nanmean(x, axes), np.nanvar(x, axes)),
+                    copy=lambda: np.copyto(scratch, x), bytes_moved=x.nbytes)
+
+
+def _zscore(rng, x, axis, axes):
+    """zscore; SciPy's formula in NumPy (the mean, the standard deviation,
+    then the scores)."""
+    y = np.empty_like(x)
+
+    def ref():
+        return (x - x.mean(axes, keepdims=True)) / x.std(axes, keepdims=True)
+
+    return Prepared(fast=_call(fastnorm.zscore, x, axis, out=y), ref=ref,
+                    copy=lambda: np.copyto(y, x), bytes_moved=2 * x.nbytes)
+
+
 def _backward(rng, x, axis, axes, forward, backward, gamma_over_reduced):
     """A gradient: dy, x in; dx, dgamma, dbeta out (preallocated).  The copy
     yardstick still moves x's bytes once each way; the ideal kernel moves
@@ -265,6 +315,10 @@ OPS = {
     "batch_norm": _batch_norm,
     "batch_norm_eval": _batch_norm_eval,
     "mean_var": _mean_var,
+    "layer_norm_omit": _layer_norm_omit,
+    "layer_norm_omit_nan": lambda *a: _layer_norm_omit(*a, share=0.1),
+    "mean_var_omit_nan": _mean_var_omit,
+    "zscore": _zscore,
     "layer_norm_backward": _layer_norm_backward,
     "batch_norm_backward": _batch_norm_backward,
 }

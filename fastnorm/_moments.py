@@ -36,11 +36,11 @@ def piece_moments(x, axes, where=None, omit=False, warn=True):
     return count, mean, m2
 
 
-def _restore(axis, nan_policy, count, mean, m2):
+def _restore(axis, nan_policy, count, shift, mean, m2):
     m = Moments(axis, nan_policy=nan_policy)
     if count is not None:
-        m._count, m._mean, m._m2 = (np.array(a, dtype=np.float64, order="C")
-                                    for a in (count, mean, m2))
+        m._count, m._shift, m._mean, m._m2 = (np.array(a, dtype=np.float64, order="C")
+                                              for a in (count, shift, mean, m2))
     return m
 
 
@@ -78,6 +78,18 @@ class Moments:
         Each slice's mean (float64, the kept shape; NaN where nothing is
         counted, or where a NaN or inf propagated).
 
+    Raises
+    ------
+    ValueError
+        An unknown ``nan_policy``, or a repeated axis.
+    TypeError
+        An axis that is not an integer.
+
+    See Also
+    --------
+    mean_var : The statistics of one array in one call.
+    zscore : Standard scores of one array.
+
     Notes
     -----
     The kept shape is fixed by the first update: a later array whose kept
@@ -98,14 +110,14 @@ class Moments:
     array([[0., 0.]])
     """
 
-    __slots__ = ("_axis", "_policy", "_count", "_mean", "_m2")
+    __slots__ = ("_axis", "_policy", "_count", "_shift", "_mean", "_m2")
 
     def __init__(self, axis=None, *, nan_policy="propagate"):
         self._policy = nan_policy_of(nan_policy)
         if axis is not None:
             axes_tuple(axis, 64)        # the types and repeats of axis, checked now
         self._axis = tuple(axis) if isinstance(axis, (list, tuple)) else axis
-        self._count = self._mean = self._m2 = None
+        self._count = self._shift = self._mean = self._m2 = None
 
     # ---------------------------------------------------------------- feeding
 
@@ -134,7 +146,9 @@ class Moments:
             count, mean, m2 = piece_moments(a, axes, as_where(inp.where, a.shape),
                                             self._policy == "omit", warn=False)
         self._check_kept(kept)
-        return self._fold(*(np.ascontiguousarray(s.reshape(kept)) for s in (count, mean, m2)))
+        # (np.array, not np.ascontiguousarray: that makes a 0-d state 1-d)
+        return self._fold(*(np.array(s.reshape(kept), dtype=np.float64, order="C")
+                            for s in (count, mean, m2)))
 
     def merge(self, other):
         """Fold another accumulator's statistics into this one, in place, and
@@ -144,7 +158,7 @@ class Moments:
         if other._count is None:
             return self
         self._check_kept(other._count.shape)
-        return self._fold(other._count, other._mean, other._m2)
+        return self._fold(other._count, other._mean, other._m2, other._shift)
 
     def __add__(self, other):
         if not isinstance(other, Moments):
@@ -153,19 +167,32 @@ class Moments:
 
     def copy(self):
         """An independent accumulator with the same statistics."""
-        return _restore(self._axis, self._policy, self._count, self._mean, self._m2)
+        return _restore(self._axis, self._policy, self._count, self._shift, self._mean,
+                        self._m2)
 
     def _check_kept(self, kept):
         if self._count is not None and tuple(kept) != self._count.shape:
             raise ValueError(f"Moments over kept shape {self._count.shape} cannot take an "
                              f"array whose kept shape is {tuple(kept)}")
 
-    def _fold(self, count, mean, m2):
+    def _fold(self, count, mean, m2, shift=None):
+        """Merge moments into this state: count, m2 and the means, relative
+        to shift (another accumulator's) or absolute (a chunk's).  A slice
+        empty so far takes the other's shift (a chunk's finite mean); the
+        other's means move to this one's shifts, one rounding each."""
         if self._count is None:
-            self._count, self._mean, self._m2 = (np.zeros(count.shape) for _ in range(3))
-        _simd.kernels.merge_moments(self._count, self._mean, self._m2,
-                                    np.asarray(count, np.float64), np.asarray(mean, np.float64),
-                                    np.asarray(m2, np.float64))
+            self._count, self._shift, self._mean, self._m2 = (np.zeros(count.shape)
+                                                              for _ in range(4))
+        count, mean, m2 = (np.array(a, dtype=np.float64, order="C") for a in (count, mean, m2))
+        if shift is None:
+            shift = np.zeros_like(mean)
+            new = np.where(np.isfinite(mean), mean, 0.0)
+        else:
+            new = shift
+        np.copyto(self._shift, new, where=(self._count == 0) & (count > 0))
+        with np.errstate(invalid="ignore"):
+            rel = np.array((shift - self._shift) + mean, dtype=np.float64)   # (0-d stays 0-d)
+        _simd.kernels.merge_moments(self._count, self._mean, self._m2, count, rel, m2)
         return self
 
     # ------------------------------------------------------------ statistics
@@ -186,7 +213,7 @@ class Moments:
     def mean(self):
         if self._count is None:
             return np.full((), np.nan)
-        mean = _simd.kernels.means_of(self._mean, self._m2)
+        mean = _simd.kernels.means_of(np.array(self._mean + self._shift), self._m2)
         mean[self._count == 0] = np.nan
         return mean
 
@@ -225,7 +252,8 @@ class Moments:
     # --------------------------------------------------------------- objects
 
     def __reduce__(self):
-        return (_restore, (self._axis, self._policy, self._count, self._mean, self._m2))
+        return (_restore, (self._axis, self._policy, self._count, self._shift, self._mean,
+                           self._m2))
 
     def __eq__(self, other):
         if not isinstance(other, Moments):
@@ -235,7 +263,8 @@ class Moments:
         if self._count is None or other._count is None:
             return self._count is None and other._count is None
         return all(np.array_equal(a, b, equal_nan=True) for a, b in
-                   ((self._count, other._count), (self._mean, other._mean),
+                   ((self._count, other._count), (self._mean + self._shift,
+                                                  other._mean + other._shift),
                     (self._m2, other._m2)))
 
     __hash__ = None

@@ -60,8 +60,8 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
 
     Returns
     -------
-    z : ndarray
-        Of a's shape.  NaN throughout a slice that is constant (its standard
+    ndarray
+        The scores, of a's shape.  NaN throughout a slice that is constant (its standard
         deviation at most ``eps * |mean|``, eps of the result dtype: SciPy's
         rule), that has no more than ``ddof`` values, or (with "propagate")
         that holds a NaN or inf.  An empty a gives an empty z.  A masked
@@ -80,17 +80,17 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
     numpy.exceptions.AxisError
         An axis out of range (a ValueError too).
 
-    Notes
-    -----
-    No warning where SciPy gives none (constant or all-NaN slices, ``n <=
-    ddof``); SciPy's precision-loss warning for nearly constant data is not
-    given: the statistics here do not lose those digits.
-
     See Also
     --------
     mean_var : The statistics alone, with ``where=``.
     Moments : Statistics of data seen in pieces, then ``normalize``.
     scipy.stats.zscore : The same results, in more passes.
+
+    Notes
+    -----
+    No warning where SciPy gives none (constant or all-NaN slices, ``n <=
+    ddof``); SciPy's precision-loss warning for nearly constant data is not
+    given: the statistics here do not lose those digits.
 
     Examples
     --------

@@ -1528,7 +1528,7 @@ cdef inline void lanes_strip(const ColumnPlan* p, const Tile* t, Py_ssize_t c, i
     cdef double tq[FN_NVC * 8]
     cdef double tk[FN_NVC * 8]
     cdef const char* xb = col_ptr_at(p, t, OP_X) + c * sizeof(in_t)
-    cdef const unsigned char* mb = <const unsigned char*>col_ptr_at(p, t, OP_M) + c
+    cdef const unsigned char* mb = <const unsigned char*>col_ptr_at(p, t, OP_M) + c * sm
     cdef Py_ssize_t r, l
     cdef int v
     for l in range(nv * FN_W):

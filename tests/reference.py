@@ -115,6 +115,49 @@ def moments(x, axes, acc=np.float64):
     return n, mean, m2, c, spread
 
 
+def slices_of(a, axes):
+    """a's values as (slices, values of a slice), the kept axes first."""
+    kept = kept_axes(a.ndim, axes)
+    moved = np.moveaxis(a, kept + tuple(axes), tuple(range(a.ndim)))
+    n_kept = int(np.prod([a.shape[i] for i in kept]))
+    return moved.reshape(n_kept, int(np.prod([a.shape[i] for i in axes])))
+
+
+def masked_moments(x, axes, where):
+    """Per slice over its selected values, keepdims layout, float64: count,
+    mean, m2 and spread (max - min); an empty slice has NaN mean and m2."""
+    xs = slices_of(np.asarray(x, dtype=np.float64), axes)
+    ws = slices_of(np.broadcast_to(where, x.shape), axes)
+    stats = np.zeros((4, xs.shape[0]))
+    for i, (v, w) in enumerate(zip(xs, ws)):
+        v = v[w]
+        if v.size == 0:
+            stats[:, i] = (0, np.nan, np.nan, 0)
+            continue
+        d = v - v[0]                       # shifted by a value: exact for constants
+        md = d.mean()
+        md += (d - md).mean()
+        stats[:, i] = (v.size, v[0] + md, ((d - md) ** 2).sum(), v.max() - v.min())
+    return tuple(s.reshape(keep_shape(x.shape, axes)) for s in stats)
+
+
+def selected_norm(x, axes, where, kind, g, b, eps):
+    """A normalization over the values `where` selects ("layer", "rms" or
+    "batch"): (y, mean, rstd, xhat, spread), float64, from masked_moments."""
+    n, mean, m2, spread = masked_moments(x, axes, where)
+    xd = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if kind == "rms":
+            ms = m2 / n + mean**2
+            rstd = 1 / np.sqrt(ms + eps)
+            xhat = xd * rstd
+        else:
+            rstd = 1 / np.sqrt(m2 / n + eps)
+            xhat = (xd - mean) * rstd
+    y = xhat * (1.0 if g is None else g) + (0.0 if b is None else b)
+    return y, mean, rstd, xhat, spread
+
+
 def ref_mean_var(x, axes, ddof=0, acc=np.float64):
     """(mean, var, spread) in keepdims layout, float64 (or acc)."""
     n, mean, m2, _, spread = moments(x, axes, acc)

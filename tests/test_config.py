@@ -116,6 +116,15 @@ def test_type_stub_matches_the_functions():
             a = node.args
             declared.setdefault(node.name, set()).add(
                 (tuple(p.arg for p in a.posonlyargs + a.args), tuple(p.arg for p in a.kwonlyargs)))
+        elif isinstance(node, ast.ClassDef):
+            # A class: its constructor's parameters (self left out), as
+            # inspect.signature gives them for the class.
+            for f in node.body:
+                if isinstance(f, ast.FunctionDef) and f.name == "__init__":
+                    a = f.args
+                    declared.setdefault(node.name, set()).add(
+                        (tuple(p.arg for p in a.posonlyargs + a.args)[1:],
+                         tuple(p.arg for p in a.kwonlyargs)))
     for name in fastnorm.__all__:
         if name == "__version__":
             continue

@@ -9,34 +9,9 @@ from hypothesis import given, settings, strategies as st
 
 import fastnorm
 from reference import (OUT_TOL, assert_bitwise, assert_close, expand_param, keep_shape,
-                       kept_axes, norm_axes, out_dtype, stat_dtype, tiny, tolerances)
+                       kept_axes, masked_moments, norm_axes, out_dtype, selected_norm, stat_dtype,
+                       tiny, tolerances)
 from strategies import LAYOUTS, arrange, axis_args, make_values, shapes
-
-
-def slices_of(a, axes):
-    """a's values as (slices, values of a slice), the kept axes first."""
-    kept = kept_axes(a.ndim, axes)
-    moved = np.moveaxis(a, kept + tuple(axes), tuple(range(a.ndim)))
-    n_kept = int(np.prod([a.shape[i] for i in kept]))
-    return moved.reshape(n_kept, int(np.prod([a.shape[i] for i in axes])))
-
-
-def masked_moments(x, axes, where):
-    """Per slice over its selected values, keepdims layout, float64: count,
-    mean, m2 and spread (max - min); an empty slice has NaN mean and m2."""
-    xs = slices_of(np.asarray(x, dtype=np.float64), axes)
-    ws = slices_of(np.broadcast_to(where, x.shape), axes)
-    stats = np.zeros((4, xs.shape[0]))
-    for i, (v, w) in enumerate(zip(xs, ws)):
-        v = v[w]
-        if v.size == 0:
-            stats[:, i] = (0, np.nan, np.nan, 0)
-            continue
-        d = v - v[0]                       # shifted by a value: exact for constants
-        md = d.mean()
-        md += (d - md).mean()
-        stats[:, i] = (v.size, v[0] + md, ((d - md) ** 2).sum(), v.max() - v.min())
-    return tuple(s.reshape(keep_shape(x.shape, axes)) for s in stats)
 
 
 @st.composite
@@ -92,21 +67,6 @@ def test_mean_var_where_matches_numpy(spec, ddof, keepdims):
                      "var")
 
 
-def reference_y(x, axes, where, kind, g, b, eps):
-    n, mean, m2, spread = masked_moments(x, axes, where)
-    xd = x.astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if kind == "rms":
-            ms = m2 / n + mean**2
-            rstd = 1 / np.sqrt(ms + eps)
-            xhat = xd * rstd
-        else:
-            rstd = 1 / np.sqrt(m2 / n + eps)
-            xhat = (xd - mean) * rstd
-    y = xhat * (1.0 if g is None else g) + (0.0 if b is None else b)
-    return y, mean, rstd, xhat, spread
-
-
 @settings(max_examples=150, deadline=None)
 @given(spec=where_specs(), kind=st.sampled_from(["layer", "rms", "batch"]),
        params=st.booleans(), into=st.sampled_from(["fresh", "out"]))
@@ -138,7 +98,7 @@ def test_normalizers_where_match_reference(spec, kind, params, into):
                     fastnorm.batch_norm(x, g, b, axis=axes, **kw)
                 return
             y, *stats = fastnorm.batch_norm(x, g, b, axis=axes, **kw)
-    yr, mean, rstd, xhat, spread = reference_y(x, axes, where, kind, g, b, 1e-3)
+    yr, mean, rstd, xhat, spread = selected_norm(x, axes, where, kind, g, b, 1e-3)
     if into == "out":
         assert y is out
     sel = np.broadcast_to(where, x.shape)
@@ -197,7 +157,7 @@ def test_long_rows_of_any_mask_pattern(dtype, rows, n, pattern, garbage, seed):
             out = old.copy()
             call = fastnorm.layer_norm if kind == "layer" else fastnorm.rms_norm
             call(xg, g, axis=1, eps=1e-3, out=out, where=where)
-            yr, _, rstd, xhat, spread = reference_y(x, (1,), where, kind, g, None, 1e-3)
+            yr, _, rstd, xhat, spread = selected_norm(x, (1,), where, kind, g, None, 1e-3)
             assert_bitwise(out[~where], old[~where])
             allowed = tout * g * np.abs(xhat) + tacc * g * rstd * spread + tiny(res)
             assert_close(out[where], yr[where], allowed[where], kind)
@@ -251,7 +211,7 @@ def test_columns_of_any_mask_pattern(dtype, rows, cols, pattern, kind, split, la
         fastnorm.layer_norm(xs, axis=axes, eps=1e-3, out=out, where=ks)
     sel = np.broadcast_to(ks, shape)
     assert_bitwise(out[~sel], old[~sel])
-    yr, _, rstd, xhat, spread = reference_y(x0, axes, ks, "layer", None, None, 1e-3)
+    yr, _, rstd, xhat, spread = selected_norm(x0, axes, ks, "layer", None, None, 1e-3)
     allowed = tout * np.abs(xhat) + tacc * rstd * spread + tiny(res)
     assert_close(out[sel], yr[sel], np.broadcast_to(allowed, shape)[sel], "y")
     cnt, want_m, m2, spread = (a.reshape(np.shape(mean)) for a in masked_moments(x0, axes, ks))

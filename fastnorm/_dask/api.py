@@ -27,7 +27,7 @@ import numpy as np
 from .. import _api, _family, _simd
 from . import tasks
 from .._args import (axes_tuple, batch_axes, check_disjoint, check_eps, check_training,
-                     nan_policy_of, result_dtypes, running_stat)
+                     nan_policy_of, result_dtypes, running_stat, warn_empty)
 from .args import aligned, lazy_input, lazy_where, no_out
 from .graph import (channel_param, given_normalize, lazy_param, merged_states, meta,
                     normalized, per_chunk, rstd_of, selected_count, slice_stats, stat_out,
@@ -189,6 +189,8 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
                     raise ValueError("batch_norm training needs more than one selected "
                                      "value per feature; where= selects one value of some "
                                      "feature")
+            if np.ndim(n) and (n == 0).any():
+                warn_empty()     # a feature with nothing selected: known now
             _running_update(running_mean, running_var, x, kept, momentum, n, mean, var)
             mean, rstd = aligned(mean, x), aligned(rstd, x)
             y = given_normalize(x, axes, mean, rstd, gamma, beta, out_dtype, where)
