@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from . import _simd
-from ._args import as_where, keepdims_shape
+from ._args import as_where, keepdims_shape, warn_empty
 from ._call import forward, normalize
 
 
@@ -49,28 +49,78 @@ def omitted_stats(x, axes, where=None, warn=True):
 
 def omitted_normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, sel,
                       check_count=None):
-    """normalize() with nan_policy="omit": the statistics of each slice over
-    its numbers (omitted_stats, over sel's selection), then y through the
-    kernels' given-statistics pass, NaN where x is NaN.  check_count (when
-    given) sees the counts before anything is written.  Returns y, (mean,
-    rstd, biased variance, count), the statistics' dtype and the out=
-    arrays left for them, as normalize()."""
+    """normalize() with nan_policy="omit": y NaN where x is NaN, each slice
+    normalized with the statistics of its numbers (over sel's selection).
+    check_count (when given) sees the counts before the caller's arrays are
+    written.  Returns y, (mean, rstd, biased variance, count), the
+    statistics' dtype and the out= arrays left for them, as normalize().
+
+    Without where=, and where y may be written before the counts are known
+    (a fresh y, or an out= that shares no memory with x and no counts to
+    check), the call is the "propagate" one: data without NaN costs that
+    one pass, and only the slices whose statistics come out NaN are taken
+    again (their statistics without NaN, then their output).  Otherwise the
+    statistics come first (omitted_stats), then y in the kernels'
+    given-statistics pass."""
+    y_out = out[0] if isinstance(out, tuple) else out
+    if (sel.where is None and x.size > 0
+            and (y_out is None or (check_count is None and not np.may_share_memory(y_out, x)))):
+        return _redo_nan_slices(x, axes, mode, eps=eps, gamma=gamma, beta=beta, out=out,
+                                dtype=dtype, n_stats=n_stats, check_count=check_count)
     mean, m2, count = omitted_stats(x, axes, sel.where)
     if check_count is not None:
         check_count(count)
-    var = _simd.kernels.variance(m2, count)
-    if mode == "rms":
-        # The mean of squares, from the moments about the mean.
-        with np.errstate(invalid="ignore", over="ignore"):
-            spread = var + mean * mean
-        mean = np.zeros_like(spread)
-    else:
-        spread = var
-    rstd = _simd.kernels.rstd(spread, eps)
+    var, given = _given_of(mode, mean, m2, count, eps)
     if sel.count is not None:
         sel.count[...] = count      # what masked results count as empty
     y, _, sdt, outs = normalize(x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=out,
-                                dtype=dtype, n_stats=n_stats, given=(mean, rstd),
+                                dtype=dtype, n_stats=n_stats, given=given,
                                 where=sel.where, count=None if sel.where is None else
                                 np.empty(count.shape))
-    return y, (mean, rstd, var, count), sdt, outs
+    return y, (given[0], given[1], var, count), sdt, outs
+
+
+def _given_of(mode, mean, m2, count, eps):
+    """The biased variance and the (mean, rstd) pair of the given-statistics
+    pass from moments: RMS's mean of squares is var + mean**2, centred on 0."""
+    var = _simd.kernels.variance(m2, count)
+    if mode == "rms":
+        with np.errstate(invalid="ignore", over="ignore"):
+            spread = var + mean * mean
+        return var, (np.zeros_like(spread), _simd.kernels.rstd(spread, eps))
+    return var, (mean, _simd.kernels.rstd(var, eps))
+
+
+def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, check_count):
+    """omitted_normalize's one pass: the propagate call, then the slices
+    whose statistics are NaN again, NaN left out (a mask of one byte a
+    slice: no temporary of x's size)."""
+    y, (s0, s1, s2), sdt, outs = normalize(x, axes, mode, eps=eps, gamma=gamma, beta=beta,
+                                           out=out, dtype=dtype, n_stats=n_stats,
+                                           want_var=mode == "center")
+    shape = keepdims_shape(x.shape, axes)
+    count = np.full(shape, float(math.prod(x.shape[i] for i in axes)))
+    # (centre: mean, rstd, var; RMS: mean of squares, rstd)
+    redo = np.isnan(s0) | (np.isnan(s2) if mode == "center" else False)
+    if not redo.any():
+        if check_count is not None:
+            check_count(count)
+        return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
+    where = as_where(redo, x.shape)
+    part = np.empty(shape)
+    m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=True, warn=False)
+    np.copyto(count, part, where=redo)
+    if check_count is not None:
+        check_count(count)
+    if (part[redo] == 0).any():
+        warn_empty()
+    var, (mean, rstd) = _given_of(mode, m, q, part, eps)
+    if mode == "center":
+        np.copyto(s0, mean, where=redo)
+        np.copyto(s2, var, where=redo)
+    else:
+        s2 = None
+    np.copyto(s1, rstd, where=redo)
+    normalize(x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=y, dtype=dtype,
+              n_stats=0, given=(mean, rstd), where=where, count=np.empty(shape))
+    return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs

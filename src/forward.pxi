@@ -451,7 +451,7 @@ cdef inline void merge_run(Moments* acc, const char* x, Py_ssize_t n, double mea
     if mean - mean == 0.0 and m2 - m2 == 0.0:
         m.m2 = max(m2, 0.0)
     else:
-        m = scalar_moments(x, sizeof(in_t), n, pivot, ki)
+        m = nonfinite_moments(x, sizeof(in_t), n, pivot, ki)
     moments_merge(acc, &m)
 
 
@@ -958,7 +958,7 @@ cdef void rows_item(const SlicePlan* p, Py_ssize_t first, Py_ssize_t count, in_t
                                        p.eps, L, off_s[l])
             else:
                 # inf, NaN or overflow: Welford's way, as for a long run
-                m = scalar_moments(rows[l], sizeof(in_t), n, piv[l], ki)
+                m = nonfinite_moments(rows[l], sizeof(in_t), n, piv[l], ki)
                 coefs[j] = finish(m, piv[l], p.mode, p.eps, L, off_s[l])
             if rows_f32 and n_f32 == count:
                 if not affine_f(coefs[j], 1.0, 0.0, &f_m[j], &f_k2[j], &f_k0[j]):

@@ -236,6 +236,27 @@ cdef inline Moments scalar_moments(const char* x, Py_ssize_t stride, Py_ssize_t 
     return out
 
 
+cdef inline Moments nonfinite_moments(const char* x, Py_ssize_t stride, Py_ssize_t n,
+                                      double pivot, in_t* kind) noexcept nogil:
+    """scalar_moments of a run whose fast sums are not finite (inf, NaN,
+    sums beyond float64).  A run whose first value that is not finite is a
+    NaN gets that NaN, found without the updates: Welford's mean and M2
+    take the first NaN they meet and keep it."""
+    cdef Py_ssize_t i
+    cdef double v
+    cdef Moments out
+    for i in range(n):
+        v = sload(x + i * stride, kind)
+        if v - v != 0.0:
+            if v != v:
+                out.n = <double>n
+                out.mean = v
+                out.m2 = v
+                return out
+            break
+    return scalar_moments(x, stride, n, pivot, kind)
+
+
 cdef inline Moments run_end(const Lanes* t, const char* x, Py_ssize_t stride, Py_ssize_t n,
                             double pivot, bint squares, in_t* kind) noexcept nogil:
     """The moments of the run of n values at x whose bulk steps are in t:
@@ -269,7 +290,7 @@ cdef inline Moments run_end(const Lanes* t, const char* x, Py_ssize_t stride, Py
             # inf or NaN among the values (or squares beyond float64):
             # Welford's way, so that non-finite data gives what it gives
             # elsewhere
-            return scalar_moments(x, stride, n, 0.0, kind)
+            return nonfinite_moments(x, stride, n, 0.0, kind)
         return acc
     if steps > 0:
         acc = lanes_merge(t, steps, kind)
