@@ -16,7 +16,7 @@ from ._config import team_size
 
 def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
                  given=None, want_var=False, want_stats=True, fresh=False,
-                 where=None, count=None, check_count=None, omit=False, warn=True):
+                 where=None, count=None, check_count=None, omit=0, warn=True):
     """Run the kernel once; return its per-slice float64 statistics in
     keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
     'center', (mean of squares, rstd) for 'rms', the given pair for 'given'.
@@ -28,7 +28,8 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     values; y is written at the selected positions alone, and check_count
     (when given) is called with count before the call warns of an empty
     selection.  omit (mode 'stats', with where): values that are NaN are
-    left out of the statistics and the count, as if not selected.  warn
+    left out of the statistics and the count, as if not selected (2: the
+    selected slices are known to hold a NaN or an inf).  warn
     False: no warning of an empty selection (a part of the slices, such as
     a Dask chunk's, may select nothing)."""
     shape = keepdims_shape(x.shape, axes)

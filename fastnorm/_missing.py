@@ -38,9 +38,14 @@ def omitted_stats(x, axes, where=None, warn=True):
     else:
         redo = None
     part = np.empty(shape)
-    m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=True, warn=warn)
+    # (the slices taken again hold a NaN or an inf: omit 2 skips their
+    # fast sums)
+    m, q, _ = forward(x, axes, "stats", where=where, count=part,
+                      omit=1 if redo is None else 2, warn=warn and redo is None)
     if redo is None:
         return m, q, part
+    if warn and (part[redo] == 0).any():
+        warn_empty()    # (the slices left out of the mask are not empty)
     np.copyto(mean, m, where=redo)
     np.copyto(m2, q, where=redo)
     np.copyto(count, part, where=redo)
@@ -108,7 +113,7 @@ def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, ch
         return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
     where = as_where(redo, x.shape)
     part = np.empty(shape)
-    m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=True, warn=False)
+    m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=2, warn=False)
     np.copyto(count, part, where=redo)
     if check_count is not None:
         check_count(count)

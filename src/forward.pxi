@@ -89,29 +89,33 @@ cdef inline void plan_runs(SlicePlan* p, const Layout* L, const Route* R) noexce
 
 cdef inline double slice_pivot(const SlicePlan* p, const Odometer* s, in_t* ki) noexcept nogil:
     """The pivot of slice s: from its first value, or with where= its first
-    selected one (an unselected value may be anything)."""
+    selected one (an unselected value may be anything; omitting NaN, its
+    first selected number).  float16/float32 data and RMS take none."""
     cdef const Layout* L = p.L
     cdef const Axis* inner = &L.red[L.n_red - 1]
     cdef Odometer r
-    cdef Py_ssize_t ri, j, e, n = p.run_len if inner.stride[OP_M] != 0 or L.omit else 1
+    cdef Py_ssize_t ri, j, e, n = p.run_len, sm = inner.stride[OP_M], sx = inner.stride[OP_X]
+    cdef const unsigned char* m
     cdef double v
-    if p.mode == MODE_RMS:
-        return 0.0               # block_moments sums squares of x itself
+    if p.mode == MODE_RMS or in_t is not double:
+        return 0.0               # (pick_pivot's 0 whatever the value)
     if L.base[OP_M] == NULL:
         return pick_pivot(sload(L.base[OP_X] + s.off[OP_X], ki), ki)
     odo_init(&r, L.red, L.n_red - 1, 0)
     for ri in range(p.n_runs):
-        j = next_stretch(<const unsigned char*>run_start(p, s, &r, OP_M), inner.stride[OP_M], n,
-                         0, &e)
+        m = <const unsigned char*>run_start(p, s, &r, OP_M)
+        if sm == 0:
+            e = n                                  # (a run's one byte)
+            j = 0 if m[0] else n
+        else:
+            j = next_stretch(m, sm, n, 0, &e)
         while j < n:
-            v = sload(run_start(p, s, &r, OP_X) + j * inner.stride[OP_X], ki)
+            v = sload(run_start(p, s, &r, OP_X) + j * sx, ki)
             if v == v or not L.omit:
                 return pick_pivot(v, ki)
-            # (omit: the first selected number; a constant mask, its run)
             j = j + 1
             if j == e:
-                j = next_stretch(<const unsigned char*>run_start(p, s, &r, OP_M),
-                                 inner.stride[OP_M], n, e, &e)
+                j = n if sm == 0 else next_stretch(m, sm, n, e, &e)
         odo_next(&r, L.red, L.n_red - 1)
     return 0.0
 

@@ -90,7 +90,7 @@ WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "turns
 
 cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s1, s2,
                        tuple reduced, int mode, int nthreads, bint fresh, where=None,
-                       count=None, bint omit=False) except -1:
+                       count=None, int omit=0) except -1:
     """The layout and the route of a forward call (see forward)."""
     cdef bint has_y = y is not None
     cdef int xt = type_code(x), yt = xt
@@ -158,7 +158,7 @@ cdef int forward_typed(const Layout* L, const Route* R, int mode, double eps, bi
 
 cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
                      double eps, int nthreads, bint fresh, where=None, count=None,
-                     bint omit=False) except -1:
+                     int omit=0) except -1:
     cdef Layout L
     cdef Route R
     cdef int rc, in_code = type_code(x), out_code = in_code
@@ -222,7 +222,7 @@ def fresh_output(shape, dtype, bint fortran_order, cnp.ndarray where, int nthrea
 
 
 def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, double eps,
-            int nthreads, bint fresh=False, where=None, count=None, bint omit=False):
+            int nthreads, bint fresh=False, where=None, count=None, int omit=0):
     """One forward call: x (float16/32/64, aligned, native byte order); y an
     output of x's shape or None; gamma, beta float64 arrays of x.ndim
     dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
@@ -233,7 +233,9 @@ def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, 
     where: the values it selects alone (bytes, nonzero: selected; x.ndim
     dimensions, each x's size or 1), count then a float64 statistics array
     for each slice's number of them; y is written there alone.  omit (mode
-    'stats' with where, no y): a value counts where selected and not NaN.
+    'stats' with where, no y): a value counts where selected and not NaN
+    (1; 2: the slices selected are known to hold a NaN, and their fast
+    sums are not tried first).
     Nothing is copied."""
     fn_clean_upper()
     run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh, where,
@@ -250,7 +252,7 @@ cdef dict route_dict(const Route* R, const Layout* L):
 
 
 def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
-                    int nthreads, bint fresh=False, where=None, count=None, bint omit=False):
+                    int nthreads, bint fresh=False, where=None, count=None, int omit=0):
     """The route forward() would take with these arguments, as a dict;
     nothing is run."""
     fn_clean_upper()

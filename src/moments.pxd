@@ -535,7 +535,7 @@ cdef inline Moments numbers_run(const char* x, Py_ssize_t sx, Py_ssize_t n, doub
 
 cdef inline Moments selected_moments(const char* x, Py_ssize_t sx, const unsigned char* m,
                                      Py_ssize_t sm, Py_ssize_t n, double pivot,
-                                     const char* ahead_end, bint squares, bint omit,
+                                     const char* ahead_end, bint squares, int omit,
                                      in_t* kind) noexcept nogil:
     """run_moments over the values of the run that its mask selects (m:
     the mask's byte of x's first value, sm its stride; 0: the whole run
@@ -543,12 +543,15 @@ cdef inline Moments selected_moments(const char* x, Py_ssize_t sx, const unsigne
     data and the mask alone.  Stretches of selected values fetch ahead up
     to ahead_end, as run_moments.  With `omit`, NaN values are left out:
     a stretch whose moments are not finite is taken again without them
-    (numbers_run); a data set without NaN costs nothing more."""
+    (numbers_run); a data set without NaN costs nothing more.  omit 2: the
+    runs are known to hold a NaN, and go to numbers_run at once."""
     cdef Moments acc = moments_empty(), part
     cdef Py_ssize_t w = sizeof(in_t), j = 0, e
     cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE
     cdef int k
     if sm == 0:
+        if m[0] and omit == 2:
+            return numbers_run(x, sx, n, pivot, squares, kind)
         if m[0]:
             acc = run_moments(x, sx, n, pivot, ahead_end, squares, kind)
             if omit and not moments_finite(&acc):
@@ -558,7 +561,10 @@ cdef inline Moments selected_moments(const char* x, Py_ssize_t sx, const unsigne
         return selected_runs(x, sx, m, sm, n, pivot, squares, omit, kind)
     while j < n:
         k = next_piece(m, n, piece, j, &e)
-        if k == 1:
+        if k == 1 and omit == 2:
+            part = numbers_run(x + j * w, w, e - j, pivot, squares, kind)
+            moments_merge(&acc, &part)
+        elif k == 1:
             part = run_moments(x + j * w, w, e - j, pivot, ahead_end, squares, kind)
             if omit and not moments_finite(&part):
                 part = numbers_run(x + j * w, w, e - j, pivot, squares, kind)

@@ -171,8 +171,10 @@ cdef struct Layout:
     int n_kept
     int n_red
     bint columns               # the innermost axis is kept (COLUMNS)
-    bint omit                  # statistics leave NaN out (nan_policy="omit"):
+    int omit                   # statistics leave NaN out (nan_policy="omit"):
                                # a value counts where selected and a number
+                               # (2: the selected slices hold a NaN: their
+                               # runs go straight to numbers_run)
     Py_ssize_t n_slices        # product of the kept sizes
     Py_ssize_t slice_len       # product of the reduced sizes
     Axis kept[MAX_DIMS]        # outer -> inner
@@ -298,7 +300,7 @@ cdef inline int make_layout(Layout* L, cnp.ndarray x, tuple ops, tuple reduced,
     cdef cnp.ndarray op
     cdef object o
     L.base[OP_X] = <char*>cnp.PyArray_DATA(x)
-    L.omit = False
+    L.omit = 0
     for k in range(1, N_OPS):
         o = operand(ops, mask, k)
         L.base[k] = NULL if o is None else <char*>cnp.PyArray_DATA(o)

@@ -210,6 +210,15 @@ def test_inf_still_propagates_under_omit(func):
     assert not np.isnan(r[1][1] if func == "mean_var" else r[1, [0, 2, 3]]).any()
 
 
+@pytest.mark.parametrize("func", ["mean_var", "layer_norm", "batch_norm", "zscore"])
+def test_a_nan_among_numbers_warns_of_nothing(func):
+    x = np.arange(12.0).reshape(4, 3)
+    x[1, 2] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _call(func, x, nan_policy="omit")
+
+
 def test_all_nan_slice_warns_and_gives_nan_as_nanmean_does():
     x = np.array([[np.nan, np.nan], [1.0, 3.0]])
     with pytest.warns(RuntimeWarning, match="empty slice"):
