@@ -9,7 +9,7 @@ from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps,
                     running_stat, selected_values, split_out)
 from . import _simd
 from ._call import forward, normalize
-from ._missing import omitted_normalize, omitted_stats, refuse_nan
+from ._missing import omitted_normalize, omitted_stats, one_number_kept, refuse_nan
 from ._running import running_rstd, update_running
 from ._lazy import any_dask, via_dask
 from ._where import Input, Selection, as_where
@@ -459,10 +459,13 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
     nan_policy : {"propagate", "omit", "raise"}, optional
         As in ``layer_norm``: with "omit" (training), each feature's
         statistics are over its values that are not NaN, and the running
-        statistics are updated with each feature's own count (a feature
-        with none keeps them; one with a single value raises, as with
-        ``where=``).  In eval nothing is computed from x: "omit" changes
-        nothing there, and "raise" still refuses a NaN.
+        statistics are updated with each feature's own count.  A feature
+        with no number, or one alone, keeps its running statistics (one
+        value gives no unbiased variance) and is normalized with what it
+        has (one value: variance 0, y = beta); NaN is data, so unlike a
+        ``where=`` that selects one value it raises nothing.  In eval
+        nothing is computed from x: "omit" changes nothing there, and
+        "raise" still refuses a NaN.
 
     Returns
     -------
@@ -571,8 +574,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
         if policy == "omit":
             y, (mean, rstd, var, n), sdt, outs = omitted_normalize(
                 x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-                n_stats=n_stats, sel=sel,
-                check_count=lambda c: selected_values(c, omit=True))
+                n_stats=n_stats, sel=sel)
+            n = one_number_kept(n)
         else:
             y, (mean, rstd, var), sdt, outs = normalize(
                 x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,

@@ -163,14 +163,12 @@ def check_training(x_shape, axes, momentum, where=None, counted=False):
     return n, _rules.check_momentum(momentum)
 
 
-def selected_values(counts, omit=False):
-    """batch_norm training with where= (or omitting NaN): no feature's count
-    of selected values may be one."""
+def selected_values(counts):
+    """batch_norm training with where=: no feature's count of selected
+    values may be one."""
     if np.any(counts == 1):
         raise ValueError("batch_norm training needs more than one selected value per "
-                         "feature; " + ("some feature holds one value that is not NaN "
-                                        "(nan_policy='omit')" if omit else
-                                        "where= selects one value of some feature"))
+                         "feature; where= selects one value of some feature")
 
 
 def param(value, name, x_shape, along, x_name="x"):

@@ -52,29 +52,25 @@ def omitted_stats(x, axes, where=None, warn=True):
     return mean, m2, count
 
 
-def omitted_normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, sel,
-                      check_count=None):
+def omitted_normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, sel):
     """normalize() with nan_policy="omit": y NaN where x is NaN, each slice
     normalized with the statistics of its numbers (over sel's selection).
-    check_count (when given) sees the counts before the caller's arrays are
-    written.  Returns y, (mean, rstd, biased variance, count), the
+    Returns y, (mean, rstd, biased variance, count), the
     statistics' dtype and the out= arrays left for them, as normalize().
 
-    Without where=, and where y may be written before the counts are known
-    (a fresh y, or an out= that shares no memory with x and no counts to
-    check), the call is the "propagate" one: data without NaN costs that
+    Without where=, and where y may be written before the statistics are
+    known (a fresh y, or an out= that shares no memory with x), the call
+    is the "propagate" one: data without NaN costs that
     one pass, and only the slices whose statistics come out NaN are taken
     again (their statistics without NaN, then their output).  Otherwise the
     statistics come first (omitted_stats), then y in the kernels'
     given-statistics pass."""
     y_out = out[0] if isinstance(out, tuple) else out
     if (sel.where is None and x.size > 0
-            and (y_out is None or (check_count is None and not np.may_share_memory(y_out, x)))):
+            and (y_out is None or not np.may_share_memory(y_out, x))):
         return _redo_nan_slices(x, axes, mode, eps=eps, gamma=gamma, beta=beta, out=out,
-                                dtype=dtype, n_stats=n_stats, check_count=check_count)
+                                dtype=dtype, n_stats=n_stats)
     mean, m2, count = omitted_stats(x, axes, sel.where)
-    if check_count is not None:
-        check_count(count)
     var, given = _given_of(mode, mean, m2, count, eps)
     if sel.count is not None:
         sel.count[...] = count      # what masked results count as empty
@@ -96,7 +92,7 @@ def _given_of(mode, mean, m2, count, eps):
     return var, (mean, _simd.kernels.rstd(var, eps))
 
 
-def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, check_count):
+def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats):
     """omitted_normalize's one pass: the propagate call, then the slices
     whose statistics are NaN again, NaN left out (a mask of one byte a
     slice: no temporary of x's size)."""
@@ -108,15 +104,11 @@ def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, ch
     # (centre: mean, rstd, var; RMS: mean of squares, rstd)
     redo = np.isnan(s0) | (np.isnan(s2) if mode == "center" else False)
     if not redo.any():
-        if check_count is not None:
-            check_count(count)
         return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
     where = as_where(redo, x.shape)
     part = np.empty(shape)
     m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=2, warn=False)
     np.copyto(count, part, where=redo)
-    if check_count is not None:
-        check_count(count)
     if (part[redo] == 0).any():
         warn_empty()
     var, (mean, rstd) = _given_of(mode, m, q, part, eps)
@@ -129,3 +121,11 @@ def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, ch
     normalize(x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=y, dtype=dtype,
               n_stats=0, given=(mean, rstd), where=where, count=np.empty(shape))
     return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
+
+
+def one_number_kept(count):
+    """batch_norm's counts for its running statistics under "omit": a
+    feature with one number counts as none (its running statistics kept:
+    one value has no unbiased variance)."""
+    return np.where(count == 1, 0.0, count)
+

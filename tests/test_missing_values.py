@@ -109,10 +109,13 @@ def test_normalizers_omit_match_reference(spec, kind, params, into):
         elif kind == "rms":
             y, *stats = fastnorm.rms_norm(x, g, axis=axes, **kw)
         else:
-            n = np.count_nonzero(counts, axis=axes)
-            # (a batch of one value per feature raises; with where= the
-            # selection's counts decide, as in test_where)
-            if (n == 1).any() or (where is None and np.prod([x.shape[i] for i in axes]) == 1):
+            # A batch of one value per feature raises, and so does a where=
+            # that selects one value of a feature (as in test_where); a
+            # feature with one number left by "omit" does not.
+            selected = np.count_nonzero(np.broadcast_to(True if where is None else where,
+                                                        x.shape), axis=axes)
+            if (selected == 1).any() if where is not None else (
+                    np.prod([x.shape[i] for i in axes]) == 1):
                 with pytest.raises(ValueError, match="more than one"):
                     fastnorm.batch_norm(x, g, b, axis=axes, **kw)
                 return
@@ -145,6 +148,8 @@ def test_batch_norm_omit_updates_running_stats_with_each_features_count(dtype):
     x = rng.standard_normal((50, 6, 3)).astype(dtype)
     x[rng.random(x.shape) < 0.3] = np.nan
     x[:, 4] = np.nan                          # a feature with no number
+    x[1:, 5] = np.nan                         # one with one number
+    x[0, 5] = 3.0
     rm, rv = np.full(6, 0.5, dtype), np.full(6, 2.0, dtype)
     rm0, rv0 = rm.copy(), rv.copy()
     with pytest.warns(RuntimeWarning, match="empty slice"):
@@ -153,8 +158,8 @@ def test_batch_norm_omit_updates_running_stats_with_each_features_count(dtype):
     for c in range(6):
         v = x[:, c].astype(np.float64)
         v = v[~np.isnan(v)]
-        if v.size == 0:
-            assert rm[c] == rm0[c] and rv[c] == rv0[c], "a feature with no number is kept"
+        if v.size <= 1:
+            assert rm[c] == rm0[c] and rv[c] == rv0[c], "a feature with < 2 numbers is kept"
             continue
         want_m = 0.75 * rm0[c] + 0.25 * v.mean()
         want_v = 0.75 * rv0[c] + 0.25 * v.var(ddof=1)     # unbiased by its own count

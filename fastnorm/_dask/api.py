@@ -35,6 +35,7 @@ from .graph import (channel_param, given_normalize, lazy_param, merged_states, m
 from .grad import (batch_norm_backward, group_norm_backward,  # noqa: F401
                    layer_norm_backward, rms_norm_backward)
 from .._family import Groups
+from .._missing import one_number_kept
 from .._running import update_running
 
 
@@ -175,11 +176,8 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
                 states = merged_states(x, axes, "center", where, omit=True)
                 mean, var, n = dask.compute(states.map_blocks(tasks.centre, dtype=np.float64),
                                             variance(states, states["n"]), states["n"])
-                if (n == 1).any():
-                    raise ValueError("batch_norm training needs more than one selected "
-                                     "value per feature; some feature holds one value that "
-                                     "is not NaN (nan_policy='omit')")
                 rstd = _simd.kernels.rstd(var, eps)
+                n = one_number_kept(n)
             elif where is None:
                 mean, var, rstd = dask.compute(*slice_stats(x, axes, "center", eps))
             else:
