@@ -18,7 +18,8 @@ __all__ = ["Moments", "piece_moments"]
 
 def piece_moments(x, axes, where=None, omit=False, warn=True):
     """One piece's state, (count, mean, m2) per slice, float64 in keepdims
-    layout (count an array): over where's selection (as_where's bytes) and,
+    layout (count one float for all slices when every value counts, else
+    an array): over where's selection (as_where's bytes) and,
     with omit, the values that are numbers.  A slice with nothing counted
     has count 0 (its mean and m2 are not used by any merge).  warn False:
     no warning of slices with nothing selected (a piece of a slice)."""
@@ -30,7 +31,7 @@ def piece_moments(x, axes, where=None, omit=False, warn=True):
         return count, mean, m2
     if where is None:
         mean, m2, _ = forward(x, axes, "stats")
-        return np.full(shape, float(math.prod(x.shape[i] for i in axes))), mean, m2
+        return float(math.prod(x.shape[i] for i in axes)), mean, m2
     count = np.empty(shape)
     mean, m2, _ = forward(x, axes, "stats", where=where, count=count, warn=warn)
     return count, mean, m2
@@ -146,9 +147,10 @@ class Moments:
             count, mean, m2 = piece_moments(a, axes, as_where(inp.where, a.shape),
                                             self._policy == "omit", warn=False)
         self._check_kept(kept)
-        # (np.array, not np.ascontiguousarray: that makes a 0-d state 1-d)
-        return self._fold(*(np.array(s.reshape(kept), dtype=np.float64, order="C")
-                            for s in (count, mean, m2)))
+        # (reshape of the kernels' C-contiguous statistics: views; a count
+        # may be one for all)
+        return self._fold(count if np.ndim(count) == 0 else count.reshape(kept),
+                          mean.reshape(kept), m2.reshape(kept))
 
     def merge(self, other):
         """Fold another accumulator's statistics into this one, in place, and
@@ -176,23 +178,15 @@ class Moments:
                              f"array whose kept shape is {tuple(kept)}")
 
     def _fold(self, count, mean, m2, shift=None):
-        """Merge moments into this state: count, m2 and the means, relative
-        to shift (another accumulator's) or absolute (a chunk's).  A slice
-        empty so far takes the other's shift (a chunk's finite mean); the
-        other's means move to this one's shifts, one rounding each."""
+        """Merge moments into this state (the kernels' fold_moments): counts
+        (one for all, or an array), means relative to shift (another
+        accumulator's) or absolute (a chunk's), M2."""
         if self._count is None:
-            self._count, self._shift, self._mean, self._m2 = (np.zeros(count.shape)
+            self._count, self._shift, self._mean, self._m2 = (np.zeros(np.shape(mean))
                                                               for _ in range(4))
-        count, mean, m2 = (np.array(a, dtype=np.float64, order="C") for a in (count, mean, m2))
-        if shift is None:
-            shift = np.zeros_like(mean)
-            new = np.where(np.isfinite(mean), mean, 0.0)
-        else:
-            new = shift
-        np.copyto(self._shift, new, where=(self._count == 0) & (count > 0))
-        with np.errstate(invalid="ignore"):
-            rel = np.array((shift - self._shift) + mean, dtype=np.float64)   # (0-d stays 0-d)
-        _simd.kernels.merge_moments(self._count, self._mean, self._m2, count, rel, m2)
+        mean, m2 = (np.require(a, np.float64, "C") for a in (mean, m2))   # (0-d stays 0-d)
+        _simd.kernels.fold_moments(self._count, self._shift, self._mean, self._m2, count,
+                                   mean, m2, shift)
         return self
 
     # ------------------------------------------------------------ statistics

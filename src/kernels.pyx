@@ -522,6 +522,64 @@ def merge_moments(cnp.ndarray n_a, cnp.ndarray mean_a, m2_a, cnp.ndarray n_b,
             na[i] = na[i] + nb[i]
 
 
+def fold_moments(cnp.ndarray n_a, cnp.ndarray shift_a, cnp.ndarray mean_a, cnp.ndarray m2_a,
+                 n_b, cnp.ndarray mean_b, cnp.ndarray m2_b, shift_b=None):
+    """Moments' merge, in place: each slice's count, mean relative to its
+    shift and M2 (a: C-contiguous float64 arrays of one size) take part b:
+    counts n_b (one for all, or an array), means relative to shift_b or,
+    without it, absolute, and M2 (chan; an empty part is skipped).  A slice
+    with no count yet takes b's shift (an absolute mean: itself where
+    finite, else 0); b's means move to a's shifts, one rounding each."""
+    fn_clean_upper()
+    cdef Py_ssize_t i, size = cnp.PyArray_SIZE(n_a)
+    cdef cnp.ndarray counts = None, sb = None
+    cdef double one = 0.0, nb, rel, first
+    cdef double* na
+    cdef double* ha
+    cdef double* ma
+    cdef double* qa
+    cdef const double* pn = NULL
+    cdef const double* mb
+    cdef const double* qb
+    cdef const double* hb = NULL
+    if np.ndim(n_b) == 0:
+        one = n_b
+    else:
+        counts = np.ascontiguousarray(n_b, dtype=np.float64)
+        pn = <const double*>cnp.PyArray_DATA(counts)
+    if shift_b is not None:
+        sb = np.ascontiguousarray(shift_b, dtype=np.float64)
+        hb = <const double*>cnp.PyArray_DATA(sb)
+    for a in (n_a, shift_a, mean_a, m2_a, mean_b, m2_b) + ((counts,) if counts is not None else ()) + ((sb,) if sb is not None else ()):
+        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_ISCARRAY(a)
+                and cnp.PyArray_SIZE(a) == size):
+            raise ValueError("fold_moments takes C-contiguous float64 arrays of one size")
+    na = <double*>cnp.PyArray_DATA(n_a)
+    ha = <double*>cnp.PyArray_DATA(shift_a)
+    ma = <double*>cnp.PyArray_DATA(mean_a)
+    qa = <double*>cnp.PyArray_DATA(m2_a)
+    mb = <const double*>cnp.PyArray_DATA(mean_b)
+    qb = <const double*>cnp.PyArray_DATA(m2_b)
+    with nogil:
+        for i in range(size):
+            nb = pn[i] if pn != NULL else one
+            if nb == 0.0:
+                continue
+            if na[i] == 0.0:
+                if hb != NULL:
+                    ha[i] = hb[i]
+                    ma[i] = mb[i]
+                else:
+                    first = mb[i]
+                    ha[i] = first if first - first == 0.0 else 0.0
+                    ma[i] = first - ha[i]
+                qa[i] = qb[i]
+            else:
+                rel = ((hb[i] if hb != NULL else 0.0) - ha[i]) + mb[i]
+                chan(na[i], &ma[i], &qa[i], nb, rel, qb[i])
+            na[i] = na[i] + nb
+
+
 def layout_pattern(cnp.ndarray x, tuple reduced):
     """'columns' or 'slices': the innermost axis kept or reduced."""
     cdef Layout L
