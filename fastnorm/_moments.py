@@ -133,24 +133,27 @@ class Moments:
         update fixed, or (nan_policy="raise") x holds a NaN; TypeError and
         ValueError for arguments mean_var refuses.  Nothing changes then.
         """
-        if any_dask(x, where):
+        if type(x) is np.ndarray and where is None:
+            a, w = as_input(x), None       # (the common case: no Input needed)
+        elif any_dask(x, where):
             from ._dask.api import moments_piece
             count, mean, m2, kept = moments_piece(x, self._axis, where, self._policy)
+            self._check_kept(kept)
+            return self._fold(count.reshape(kept), mean.reshape(kept), m2.reshape(kept))
         else:
             inp = Input(x, where)
             a = as_input(inp.data)
-            axes = axes_tuple(self._axis, a.ndim)
-            kept = tuple(s for i, s in enumerate(a.shape) if i not in axes)
-            self._check_kept(kept)
-            if self._policy == "raise":
-                refuse_nan(a)
-            count, mean, m2 = piece_moments(a, axes, as_where(inp.where, a.shape),
-                                            self._policy == "omit", warn=False)
-        self._check_kept(kept)
+            w = as_where(inp.where, a.shape)
+        axes = axes_tuple(self._axis, a.ndim)
+        shape = tuple(s for i, s in enumerate(a.shape) if i not in axes)
+        self._check_kept(shape)
+        if self._policy == "raise":
+            refuse_nan(a)
+        count, mean, m2 = piece_moments(a, axes, w, self._policy == "omit", warn=False)
         # (reshape of the kernels' C-contiguous statistics: views; a count
         # may be one for all)
-        return self._fold(count if np.ndim(count) == 0 else count.reshape(kept),
-                          mean.reshape(kept), m2.reshape(kept))
+        return self._fold(count if np.ndim(count) == 0 else count.reshape(shape),
+                          mean.reshape(shape), m2.reshape(shape))
 
     def merge(self, other):
         """Fold another accumulator's statistics into this one, in place, and
@@ -184,7 +187,6 @@ class Moments:
         if self._count is None:
             self._count, self._shift, self._mean, self._m2 = (np.zeros(np.shape(mean))
                                                               for _ in range(4))
-        mean, m2 = (np.require(a, np.float64, "C") for a in (mean, m2))   # (0-d stays 0-d)
         _simd.kernels.fold_moments(self._count, self._shift, self._mean, self._m2, count,
                                    mean, m2, shift)
         return self

@@ -522,8 +522,17 @@ def merge_moments(cnp.ndarray n_a, cnp.ndarray mean_a, m2_a, cnp.ndarray n_b,
             na[i] = na[i] + nb[i]
 
 
+cdef inline cnp.ndarray c_doubles(a):
+    """a as a C-contiguous float64 array, itself when it is one (0-d stays
+    0-d)."""
+    if (type(a) is cnp.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_DOUBLE
+            and cnp.PyArray_ISCARRAY(<cnp.ndarray>a)):
+        return <cnp.ndarray>a
+    return np.require(a, np.float64, "C")
+
+
 def fold_moments(cnp.ndarray n_a, cnp.ndarray shift_a, cnp.ndarray mean_a, cnp.ndarray m2_a,
-                 n_b, cnp.ndarray mean_b, cnp.ndarray m2_b, shift_b=None):
+                 n_b, mean_b, m2_b, shift_b=None):
     """Moments' merge, in place: each slice's count, mean relative to its
     shift and M2 (a: C-contiguous float64 arrays of one size) take part b:
     counts n_b (one for all, or an array), means relative to shift_b or,
@@ -532,7 +541,7 @@ def fold_moments(cnp.ndarray n_a, cnp.ndarray shift_a, cnp.ndarray mean_a, cnp.n
     finite, else 0); b's means move to a's shifts, one rounding each."""
     fn_clean_upper()
     cdef Py_ssize_t i, size = cnp.PyArray_SIZE(n_a)
-    cdef cnp.ndarray counts = None, sb = None
+    cdef cnp.ndarray counts = None, sb = None, mb_a = c_doubles(mean_b), qb_a = c_doubles(m2_b)
     cdef double one = 0.0, nb, rel, first
     cdef double* na
     cdef double* ha
@@ -542,24 +551,25 @@ def fold_moments(cnp.ndarray n_a, cnp.ndarray shift_a, cnp.ndarray mean_a, cnp.n
     cdef const double* mb
     cdef const double* qb
     cdef const double* hb = NULL
-    if np.ndim(n_b) == 0:
-        one = n_b
-    else:
-        counts = np.ascontiguousarray(n_b, dtype=np.float64)
+    cdef cnp.ndarray a
+    if isinstance(n_b, cnp.ndarray) and (<cnp.ndarray>n_b).ndim > 0:
+        counts = c_doubles(n_b)
         pn = <const double*>cnp.PyArray_DATA(counts)
+    else:
+        one = n_b
     if shift_b is not None:
-        sb = np.ascontiguousarray(shift_b, dtype=np.float64)
+        sb = c_doubles(shift_b)
         hb = <const double*>cnp.PyArray_DATA(sb)
-    for a in (n_a, shift_a, mean_a, m2_a, mean_b, m2_b) + ((counts,) if counts is not None else ()) + ((sb,) if sb is not None else ()):
-        if not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE and cnp.PyArray_ISCARRAY(a)
-                and cnp.PyArray_SIZE(a) == size):
+    for a in (n_a, shift_a, mean_a, m2_a, mb_a, qb_a, counts, sb):
+        if a is not None and not (cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE
+                                  and cnp.PyArray_ISCARRAY(a) and cnp.PyArray_SIZE(a) == size):
             raise ValueError("fold_moments takes C-contiguous float64 arrays of one size")
     na = <double*>cnp.PyArray_DATA(n_a)
     ha = <double*>cnp.PyArray_DATA(shift_a)
     ma = <double*>cnp.PyArray_DATA(mean_a)
     qa = <double*>cnp.PyArray_DATA(m2_a)
-    mb = <const double*>cnp.PyArray_DATA(mean_b)
-    qb = <const double*>cnp.PyArray_DATA(m2_b)
+    mb = <const double*>cnp.PyArray_DATA(mb_a)
+    qb = <const double*>cnp.PyArray_DATA(qb_a)
     with nogil:
         for i in range(size):
             nb = pn[i] if pn != NULL else one
