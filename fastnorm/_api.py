@@ -9,7 +9,7 @@ from ._args import (as_input, axes_tuple, batch_axes, check_disjoint, check_eps,
                     running_stat, selected_values, split_out)
 from . import _simd
 from ._call import forward, normalize
-from ._missing import omitted_normalize, omitted_stats, one_number_kept, refuse_nan
+from ._missing import omitted_stats, one_number_kept, policy_normalize, refuse_nan
 from ._running import running_rstd, update_running
 from ._lazy import any_dask, via_dask
 from ._where import Input, Selection, as_where
@@ -278,16 +278,9 @@ def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5, out=None,
     gamma = param(gamma, "gamma", x.shape, axes)
     beta = param(beta, "beta", x.shape, axes)
     sel = Selection(inp, x, axes)
-    if policy == "raise":
-        refuse_nan(x)
-    if policy == "omit":
-        y, (mean, rstd, _, _), sdt, outs = omitted_normalize(
-            x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-            n_stats=2 if return_stats else 0, sel=sel)
-    else:
-        y, (mean, rstd, _), sdt, outs = normalize(
-            x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-            n_stats=2 if return_stats else 0, want_stats=return_stats, **sel.kernel_args())
+    y, (mean, rstd, _), sdt, outs, _ = policy_normalize(
+        policy, x, axes, "center", sel=sel, eps=eps, gamma=gamma, beta=beta, out=out,
+        dtype=dtype, n_stats=2 if return_stats else 0, want_stats=return_stats)
     return sel.results(y, out, return_stats and (mean, rstd), sdt, outs)
 
 
@@ -383,16 +376,9 @@ def rms_norm(x, gamma=None, *, axis=-1, eps=1e-5, out=None, dtype=None,
     eps = check_eps(eps)
     gamma = param(gamma, "gamma", x.shape, axes)
     sel = Selection(inp, x, axes)
-    if policy == "raise":
-        refuse_nan(x)
-    if policy == "omit":
-        y, (_, rstd, _, _), sdt, outs = omitted_normalize(
-            x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
-            n_stats=1 if return_stats else 0, sel=sel)
-    else:
-        y, (_, rstd, _), sdt, outs = normalize(
-            x, axes, "rms", eps=eps, gamma=gamma, beta=None, out=out, dtype=dtype,
-            n_stats=1 if return_stats else 0, want_stats=return_stats, **sel.kernel_args())
+    y, (_, rstd, _), sdt, outs, _ = policy_normalize(
+        policy, x, axes, "rms", sel=sel, eps=eps, gamma=gamma, beta=None, out=out,
+        dtype=dtype, n_stats=1 if return_stats else 0, want_stats=return_stats)
     return sel.results(y, out, return_stats and (rstd,), sdt, outs)
 
 
@@ -571,17 +557,16 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             outs = split_out(out, 1 + n_stats)
             check_disjoint([("running_mean", running_mean), ("running_var", running_var)]
                            + [(f"out[{i}]" if i else "out", o) for i, o in enumerate(outs)])
-        if policy == "omit":
-            y, (mean, rstd, var, n), sdt, outs = omitted_normalize(
-                x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-                n_stats=n_stats, sel=sel)
-            n = one_number_kept(n)
-        else:
-            y, (mean, rstd, var), sdt, outs = normalize(
-                x, axes, "center", eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
-                n_stats=n_stats, want_var=running_mean is not None,
-                check_count=selected_values if counted else None, **sel.kernel_args())
-            n = n if sel.count is None else sel.count
+        # ("raise" was checked above, for eval too)
+        y, (mean, rstd, var), sdt, outs, numbers = policy_normalize(
+            "propagate" if policy == "raise" else policy, x, axes, "center", sel=sel,
+            eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype, n_stats=n_stats,
+            want_var=running_mean is not None,
+            check_count=selected_values if counted else None)
+        if numbers is not None:
+            n = one_number_kept(numbers)
+        elif sel.count is not None:
+            n = sel.count
         if running_mean is not None and x.size > 0:
             update_running(rm_view, rv_view, mean, var, momentum, n)
     return sel.results(y, out, return_stats and (mean, rstd), sdt, outs)

@@ -52,6 +52,28 @@ def omitted_stats(x, axes, where=None, warn=True):
     return mean, m2, count
 
 
+def policy_normalize(policy, x, axes, mode, *, sel, eps, gamma, beta, out, dtype, n_stats,
+                     want_stats=True, want_var=False, check_count=None):
+    """normalize() under a nan_policy (nan_policy_of's), over sel's
+    selection: y, the float64 statistics (mode 'center': mean, rstd, var;
+    'rms': mean of squares or None, rstd, None), their dtype, the out=
+    arrays left for them, and each slice's count under "omit" (else None).
+    want_stats, want_var and check_count as normalize's ("omit" computes
+    the statistics and counts whatever they say)."""
+    if policy == "raise":
+        refuse_nan(x)
+    if policy == "omit":
+        y, (mean, rstd, var, count), sdt, outs = omitted_normalize(
+            x, axes, mode, eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype,
+            n_stats=n_stats, sel=sel)
+        return y, (mean, rstd, var), sdt, outs, count
+    y, stats, sdt, outs = normalize(x, axes, mode, eps=eps, gamma=gamma, beta=beta, out=out,
+                                    dtype=dtype, n_stats=n_stats, want_stats=want_stats,
+                                    want_var=want_var, check_count=check_count,
+                                    **sel.kernel_args())
+    return y, stats, sdt, outs, None
+
+
 def omitted_normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, sel):
     """normalize() with nan_policy="omit": y NaN where x is NaN, each slice
     normalized with the statistics of its numbers (over sel's selection).
