@@ -141,6 +141,25 @@ def masked_moments(x, axes, where):
     return tuple(s.reshape(keep_shape(x.shape, axes)) for s in stats)
 
 
+def selected_mean_var(mean, var, x, axes, counts, ddof, like):
+    """Check mean_var's results over the values `counts` selects against
+    masked_moments: the shapes of `like` (NumPy's mean for the same call),
+    the result dtype, and the values within the tolerances of x's dtype.
+    Returns the reference variance (NaN or inf where NumPy's is)."""
+    n, want_m, m2, spread = (a.reshape(np.shape(like)) for a in masked_moments(x, axes, counts))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want_v = m2 / np.maximum(n - ddof, 0)
+    res = out_dtype(x.dtype)
+    assert np.shape(mean) == np.shape(like) and np.asarray(mean).dtype == res
+    assert np.array_equal(np.isnan(mean), np.isnan(want_m))
+    tout, tacc = tolerances(x.dtype, res)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert_close(mean, want_m, tout * np.abs(want_m) + tacc * spread + tiny(res), "mean")
+        assert_close(var, want_v, tout * np.abs(want_v) + tacc * spread**2 * n + tiny(res),
+                     "var")
+    return want_v
+
+
 def selected_norm(x, axes, where, kind, g, b, eps):
     """A normalization over the values `where` selects ("layer", "rms" or
     "batch"): (y, mean, rstd, xhat, spread), float64, from masked_moments."""

@@ -377,3 +377,20 @@ def row_problem(dtype, n, rows, offset, params, seed, spread=False):
         gamma, beta = rng.uniform(0.5, 2.0, (1, 1)), rng.standard_normal((1, 1))
     return x, gamma, beta
 
+
+def normalizer_params(x, axes, kind, params, seed):
+    """A normalizer's reduced axes, gamma and beta for x ("layer", "rms" or
+    "batch": every axis but 1, None where x has fewer than 2): standard
+    normal parameters of the normalized (layer, rms) or kept (batch) axes
+    in keepdims layout, or None without params (and beta None for rms)."""
+    if kind == "batch":
+        if x.ndim < 2:
+            return None
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+    rng = np.random.default_rng(seed)
+    along = axes if kind != "batch" else tuple(i for i in range(x.ndim) if i not in axes)
+    pshape = tuple(x.shape[i] if i in along else 1 for i in range(x.ndim))
+    g = rng.standard_normal(pshape) if params else None
+    b = rng.standard_normal(pshape) if params and kind != "rms" else None
+    return axes, g, b
+

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from reference import (assert_close, kept_axes, masked_moments, norm_axes,
+from reference import (assert_close, masked_moments, norm_axes, selected_mean_var,
                        out_dtype, selected_norm, stat_dtype, tiny, tolerances)
-from strategies import LAYOUTS, arrange, axis_args, make_values, shapes
+from strategies import LAYOUTS, arrange, axis_args, make_values, normalizer_params, shapes
 
 FUNCS = ["mean_var", "layer_norm", "rms_norm", "batch_norm", "zscore"]
 
@@ -71,17 +71,7 @@ def test_mean_var_omit_is_nanmean_and_nanvar(spec, ddof, keepdims):
         kw = {} if where is None else {"where": where}
         np_m = np.nanmean(xd, spec["axis"], keepdims=keepdims, **kw)
         np_v = np.nanvar(xd, spec["axis"], keepdims=keepdims, ddof=ddof, **kw)
-    n, want_m, m2, spread = (a.reshape(np.shape(np_m)) for a in masked_moments(x, axes, counts))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        want_v = m2 / np.maximum(n - ddof, 0)
-    res = out_dtype(x.dtype)
-    assert np.shape(mean) == np.shape(np_m) and np.asarray(mean).dtype == res
-    assert np.array_equal(np.isnan(mean), np.isnan(want_m))
-    tout, tacc = tolerances(x.dtype, res)
-    with np.errstate(invalid="ignore", over="ignore"):
-        assert_close(mean, want_m, tout * np.abs(want_m) + tacc * spread + tiny(res), "mean")
-        assert_close(var, want_v, tout * np.abs(want_v) + tacc * spread**2 * n + tiny(res),
-                     "var")
+    selected_mean_var(mean, var, x, axes, counts, ddof, np_m)
 
 
 @settings(max_examples=200, deadline=None)
@@ -89,15 +79,10 @@ def test_mean_var_omit_is_nanmean_and_nanvar(spec, ddof, keepdims):
        params=st.booleans(), into=st.sampled_from(["fresh", "out"]))
 def test_normalizers_omit_match_reference(spec, kind, params, into):
     x, axes, where, counts = build(spec)
-    if kind == "batch":
-        if x.ndim < 2:
-            return
-        axes = tuple(i for i in range(x.ndim) if i != 1)
-    rng = np.random.default_rng(spec["seed"] + 1)
-    along = axes if kind != "batch" else kept_axes(x.ndim, axes)
-    pshape = tuple(x.shape[i] if i in along else 1 for i in range(x.ndim))
-    g = rng.standard_normal(pshape) if params else None
-    b = rng.standard_normal(pshape) if params and kind != "rms" else None
+    case = normalizer_params(x, axes, kind, params, spec["seed"] + 1)
+    if case is None:
+        return
+    axes, g, b = case
     res = out_dtype(x.dtype)
     old = np.full(x.shape, 7, res)
     out = old.copy() if into == "out" else None
