@@ -1,5 +1,6 @@
-"""zscore: SciPy's standard scores in two passes over the data (the
-statistics, then the output), whatever the axes and the layout."""
+"""zscore: SciPy's standard scores in one pass over the data where every
+value counts (layer normalization's), else two (the statistics, then the
+output), whatever the axes and the layout."""
 import math
 import warnings
 
@@ -28,13 +29,29 @@ def zscore_scale(mean, m2, n, ddof, dtype):
     return scale
 
 
+def _one_pass(x, axes, n, ddof, out, dtype, out_dtype):
+    """zscore of every value in one pass: layer normalization without eps,
+    its biased rstd scaled by a gain of sqrt((n - ddof) / n); then NaN in
+    the slices SciPy's rule finds constant (a constant slice is 0/0, NaN,
+    already; a nearly constant one is written again, rarely)."""
+    gain = np.full((1,) * x.ndim, math.sqrt((n - ddof) / n))
+    y, (mean, _, var), _, _ = normalize(x, axes, "center", eps=0.0, gamma=gain, beta=None,
+                                        out=out, dtype=dtype, n_stats=0, want_var=True)
+    with np.errstate(invalid="ignore"):
+        flat = np.sqrt(var * (n / (n - ddof))) <= np.abs(np.finfo(out_dtype).eps * mean)
+    if flat.any():
+        np.copyto(y, np.nan, where=np.broadcast_to(flat, y.shape))
+    return y
+
+
 def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
     """Standard scores: ``(a - mean) / std`` along ``axis``, as ``scipy.stats.zscore``.
 
-    The mean and the standard deviation of each slice come from one pass
-    (single-pass Welford updates merged with Chan et al.'s formula, in
-    float64, exact for data with a large common offset); the scores from a
-    second, written in the result dtype.
+    The mean and the standard deviation of each slice (single-pass Welford
+    updates merged with Chan et al.'s formula, in float64, exact for data
+    with a large common offset) and the scores come from one pass over a,
+    as layer normalization's; with "omit" or a masked array, from two (the
+    statistics, then the scores).
 
     Parameters
     ----------
@@ -111,6 +128,10 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
     if policy == "raise":
         refuse_nan(x, "a")
     shape = keepdims_shape(x.shape, axes)
+    n = math.prod(x.shape[i] for i in axes)
+    if policy != "omit" and where is None and x.size > 0 and n - ddof > 0:
+        y = _one_pass(x, axes, n, ddof, out, dtype, out_dtype)
+        return y if out is not None else inp.wrap(y)
     with warnings.catch_warnings():
         # SciPy's zscore is silent about empty and all-NaN slices.
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -118,7 +139,6 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
             mean, m2, n = omitted_stats(x, axes, where)
         elif where is None:
             mean, m2, _ = forward(x, axes, "stats")
-            n = math.prod(x.shape[i] for i in axes)
         else:
             n = np.empty(shape)
             mean, m2, _ = forward(x, axes, "stats", where=where, count=n)
