@@ -31,6 +31,7 @@ _, GN_MEAN, GN_RSTD = fastnorm.group_norm(X, 2, return_stats=True)
 # One call of every public function: (function, arguments, keywords).
 CALLS = {
     "mean_var": (fastnorm.mean_var, (X,), dict(axis=(0, 2))),
+    "zscore": (fastnorm.zscore, (X,), dict(axis=(0, 2))),
     "layer_norm": (fastnorm.layer_norm, (X,), {}),
     "rms_norm": (fastnorm.rms_norm, (X,), {}),
     "batch_norm": (fastnorm.batch_norm, (X,), {}),
