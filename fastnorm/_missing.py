@@ -16,6 +16,16 @@ def refuse_nan(x, name="x"):
         raise ValueError(f"{name} holds NaN (nan_policy='raise')")
 
 
+def redo_mask(redo, shape):
+    """The kernels' mask of the slices taken again (redo: one bool a slice,
+    keepdims layout): its bytes broadcast to x's shape, or one byte for
+    all where every slice is (constant along every axis: the masked
+    routes' cheapest)."""
+    if redo.all():
+        redo = np.ones((1,) * len(shape), bool)
+    return as_where(redo, shape)
+
+
 def omitted_stats(x, axes, where=None, warn=True):
     """Each slice's (mean, m2, count) over its values that are numbers and,
     with where (as_where's bytes), selected: float64 in keepdims layout.
@@ -34,7 +44,7 @@ def omitted_stats(x, axes, where=None, warn=True):
         redo = ~(np.isfinite(mean) & np.isfinite(m2))
         if not redo.any():
             return mean, m2, count
-        where = as_where(redo, x.shape)
+        where = redo_mask(redo, x.shape)
     else:
         redo = None
     part = np.empty(shape)
@@ -127,7 +137,7 @@ def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats):
     redo = np.isnan(s0) | (np.isnan(s2) if mode == "center" else False)
     if not redo.any():
         return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
-    where = as_where(redo, x.shape)
+    where = redo_mask(redo, x.shape)
     part = np.empty(shape)
     m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=2, warn=False)
     np.copyto(count, part, where=redo)
@@ -140,8 +150,11 @@ def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats):
     else:
         s2 = None
     np.copyto(s1, rstd, where=redo)
+    # (every slice again: the given pass unmasked, as an unmasked call writes)
+    every = redo.all()
     normalize(x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=y, dtype=dtype,
-              n_stats=0, given=(mean, rstd), where=where, count=np.empty(shape))
+              n_stats=0, given=(mean, rstd), where=None if every else where,
+              count=None if every else np.empty(shape))
     return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
 
 

@@ -461,6 +461,22 @@ cdef inline bint counts(const char* x, const unsigned char* m, bint omit,
     return True
 
 
+cdef inline void lane_sums(const char* x, const unsigned char* m, fn_vd piv, fn_vd c,
+                           bint omit, fn_vd* s, fn_vd* q, fn_vd* k, in_t* kind) noexcept nogil:
+    """One vector of selected_lanes: d = (x - pivot) - c where the lane
+    counts (m's byte set, m NULL: every lane; with omit, x a number), +0.0
+    elsewhere, into the sums s, q (of d * d) and the counts k."""
+    cdef fn_vd v = vload(x, sizeof(in_t), kind)
+    cdef fn_vd sel = fn_lane_mask(0, FN_W) if m == NULL else fn_bytes_mask(m)
+    cdef fn_vd d
+    if omit:
+        sel = fn_masked(sel, fn_numbers(v))
+    d = fn_masked(fn_sub(shifted(v, piv, kind), c), sel)
+    s[0] = fn_add(s[0], d)
+    q[0] = fn_fma(d, d, q[0])
+    k[0] = fn_add(k[0], fn_masked(fn_set1(1.0), sel))
+
+
 cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssize_t n,
                                    double pivot, bint squares, bint omit,
                                    in_t* kind) noexcept nogil:
@@ -470,8 +486,9 @@ cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssi
     (m NULL: every lane) and, with `omit`, x holds a number.  They cancel
     at most log2(n + 1) bits (the top of this file); sums that are not
     finite are redone run by run (selected_runs)."""
-    cdef fn_vd s = fn_zero(), q = fn_zero(), k = fn_zero(), one = fn_set1(1.0), d, sel, v
-    cdef fn_vd piv = fn_set1(pivot), cv, every = fn_lane_mask(0, FN_W)
+    cdef fn_vd s = fn_zero(), q = fn_zero(), k = fn_zero()
+    cdef fn_vd s_b = fn_zero(), q_b = fn_zero(), k_b = fn_zero()
+    cdef fn_vd piv = fn_set1(pivot), cv
     cdef Py_ssize_t w = sizeof(in_t), j = 0, body = n - n % FN_W
     cdef double c = 0.0, ts = 0.0, tq = 0.0, tk = 0.0, dv, s1, s2, cnt
     cdef Moments out
@@ -482,17 +499,20 @@ cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssi
             return moments_empty()
         c = sload(x + j * w, kind) - pivot
     cv = fn_set1(c)
+    # Two vectors a step into two sets of sums: one set waits on its
+    # additions' latency every vector.
     j = 0
-    while j < body:
-        sel = every if m == NULL else fn_bytes_mask(m + j)
-        v = vload(x + j * w, w, kind)
-        if omit:
-            sel = fn_masked(sel, fn_numbers(v))
-        d = fn_masked(fn_sub(shifted(v, piv, kind), cv), sel)
-        s = fn_add(s, d)
-        q = fn_fma(d, d, q)
-        k = fn_add(k, fn_masked(one, sel))
+    while j + 2 * FN_W <= body:
+        lane_sums(x + j * w, NULL if m == NULL else m + j, piv, cv, omit, &s, &q, &k, kind)
+        lane_sums(x + (j + FN_W) * w, NULL if m == NULL else m + j + FN_W, piv, cv, omit,
+                  &s_b, &q_b, &k_b, kind)
+        j = j + 2 * FN_W
+    if j < body:
+        lane_sums(x + j * w, NULL if m == NULL else m + j, piv, cv, omit, &s, &q, &k, kind)
         j = j + FN_W
+    s = fn_add(s, s_b)
+    q = fn_add(q, q_b)
+    k = fn_add(k, k_b)
     while j < n:
         if counts(x + j * w, NULL if m == NULL else m + j, omit, kind):
             dv = (sload(x + j * w, kind) - pivot) - c
