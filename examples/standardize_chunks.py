@@ -47,12 +47,14 @@ def with_fastnorm(paths, out_folder):
     for p in paths:
         stats.update(np.load(p, mmap_mode="r"))
     t1 = time.perf_counter()
+    transform = 0.0
     for p in paths:
         x = np.load(p)
+        t = time.perf_counter()
         stats.normalize(x, out=x)                # in place: no second array
+        transform += time.perf_counter() - t
         np.save(os.path.join(out_folder, os.path.basename(p)), x)
-    t2 = time.perf_counter()
-    return stats, t1 - t0, t2 - t1
+    return stats, t1 - t0, transform
 
 
 def with_sklearn(paths):
@@ -65,10 +67,13 @@ def with_sklearn(paths):
     for p in paths:
         scaler.partial_fit(np.load(p, mmap_mode="r"))
     t1 = time.perf_counter()
+    transform = 0.0
     for p in paths:
-        scaler.transform(np.load(p))
-    t2 = time.perf_counter()
-    return scaler, t1 - t0, t2 - t1
+        x = np.load(p)
+        t = time.perf_counter()
+        scaler.transform(x)
+        transform += time.perf_counter() - t
+    return scaler, t1 - t0, transform
 
 
 def main(argv=None):
@@ -88,7 +93,7 @@ def main(argv=None):
               f"{args.threads} thread(s)")
         stats, fit, transform = with_fastnorm(paths, dst)
         print(f"fastnorm.Moments    statistics {fit * 1e3:8.1f} ms   "
-              f"standardize {transform * 1e3:8.1f} ms")
+              f"standardize {transform * 1e3:8.1f} ms (in place)")
         # The whole data set in memory, for the check alone.
         whole = np.concatenate([np.load(p) for p in paths]).astype(np.float64)
         err = np.max(np.abs(stats.mean - np.nanmean(whole, 0)) / np.nanstd(whole, 0))
@@ -96,7 +101,9 @@ def main(argv=None):
               f"mean off np.nanmean by {err:.1e} standard deviations")
         y = np.concatenate([np.load(os.path.join(dst, os.path.basename(p))) for p in paths])
         assert np.array_equal(np.isnan(y), np.isnan(whole)), "NaN kept where missing"
-        print(f"  standardized: mean {np.nanmean(y):+.1e}, std {np.nanstd(y, 0).mean():.6f}")
+        y = y.astype(np.float64)
+        print(f"  standardized: channel means within {np.abs(np.nanmean(y, 0)).max():.1e} of 0, "
+              f"standard deviations within {np.abs(np.nanstd(y, 0) - 1).max():.1e} of 1")
         sk = with_sklearn(paths)
         if sk is None:
             print("scikit-learn is not installed: no comparison")
@@ -104,9 +111,8 @@ def main(argv=None):
         scaler, fit_sk, transform_sk = sk
         print(f"StandardScaler      statistics {fit_sk * 1e3:8.1f} ms   "
               f"standardize {transform_sk * 1e3:8.1f} ms")
-        print(f"  fastnorm faster by {fit_sk / fit:.1f}x (statistics), "
-              f"{transform_sk / transform:.1f}x (standardize, file writes included "
-              "on fastnorm's side)")
+        print(f"  fastnorm faster by {fit_sk / fit:.1f}x (statistics, files read included), "
+              f"{transform_sk / transform:.1f}x (standardize, in memory)")
         diff = np.max(np.abs(scaler.mean_ - stats.mean) / np.sqrt(scaler.var_))
         print(f"  the two means differ by {diff:.1e} standard deviations")
 

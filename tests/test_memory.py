@@ -17,7 +17,8 @@ LIMIT = 8 << 20   # bytes beyond the outputs
 SIZE = 64 << 20
 
 CALLS = ["layer_norm rows", "layer_norm axis 0", "mean_var columns", "batch_norm NHWC",
-         "group_norm NCHW", "layer_norm_backward rows", "batch_norm_backward NCHW"]
+         "group_norm NCHW", "layer_norm_backward rows", "batch_norm_backward NCHW",
+         "layer_norm rows omit", "mean_var columns omit", "zscore columns omit"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
