@@ -66,7 +66,7 @@ def policy_normalize(policy, x, axes, mode, *, sel, eps, gamma, beta, out, dtype
                      want_stats=True, want_var=False, check_count=None):
     """normalize() under a nan_policy (nan_policy_of's), over sel's
     selection: y, the float64 statistics (mode 'center': mean, rstd, var;
-    'rms': mean of squares or None, rstd, None), their dtype, the out=
+    'rms': rstd second, the others not for users), their dtype, the out=
     arrays left for them, and each slice's count under "omit" (else None).
     want_stats, want_var and check_count as normalize's ("omit" computes
     the statistics and counts whatever they say)."""
@@ -87,16 +87,17 @@ def policy_normalize(policy, x, axes, mode, *, sel, eps, gamma, beta, out, dtype
 def omitted_normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, sel):
     """normalize() with nan_policy="omit": y NaN where x is NaN, each slice
     normalized with the statistics of its numbers (over sel's selection).
-    Returns y, (mean, rstd, biased variance, count), the
-    statistics' dtype and the out= arrays left for them, as normalize().
+    Returns y, (mean, rstd, biased variance, count), the statistics' dtype
+    and the out= arrays left for them, as normalize() (RMS: the first
+    statistic is not its mean; only rstd is returned to users).
 
     Without where=, and where y may be written before the statistics are
     known (a fresh y, or an out= that shares no memory with x), the call
-    is the "propagate" one: data without NaN costs that
-    one pass, and only the slices whose statistics come out NaN are taken
-    again (their statistics without NaN, then their output).  Otherwise the
-    statistics come first (omitted_stats), then y in the kernels'
-    given-statistics pass."""
+    is the "propagate" one: data without NaN costs that one pass, and only
+    the slices whose statistics come out NaN are taken again (their
+    statistics without NaN, then their output).  Otherwise the statistics
+    come first (omitted_stats), then y in the kernels' given-statistics
+    pass."""
     y_out = out[0] if isinstance(out, tuple) else out
     if (sel.where is None and x.size > 0
             and (y_out is None or not np.may_share_memory(y_out, x))):
