@@ -10,7 +10,7 @@ from . import _simd
 from ._args import as_input, axes_tuple, keepdims_shape, nan_policy_of, result_dtypes
 from ._call import forward, normalize
 from ._lazy import any_dask, via_dask
-from ._missing import omitted_stats, refuse_nan
+from ._missing import omitted_stats, redo_mask, refuse_nan
 from ._where import Input, as_where
 
 __all__ = ["zscore", "zscore_scale"]
@@ -29,16 +29,30 @@ def zscore_scale(mean, m2, n, ddof, dtype):
     return scale
 
 
-def _one_pass(x, axes, n, ddof, out, dtype, out_dtype):
+def _one_pass(x, axes, n, ddof, out, dtype, out_dtype, omit):
     """zscore of every value in one pass: layer normalization without eps,
     its biased rstd scaled by a gain of sqrt((n - ddof) / n); then NaN in
     the slices SciPy's rule finds constant (a constant slice is 0/0, NaN,
-    already; a nearly constant one is written again, rarely)."""
+    already; a nearly constant one is written again, rarely).  With omit,
+    the slices that come out NaN are taken again without their NaN (their
+    statistics through the masked pass, then their scores)."""
     gain = np.full((1,) * x.ndim, math.sqrt((n - ddof) / n))
     y, (mean, _, var), _, _ = normalize(x, axes, "center", eps=0.0, gamma=gain, beta=None,
                                         out=out, dtype=dtype, n_stats=0, want_var=True)
     with np.errstate(invalid="ignore"):
         flat = np.sqrt(var * (n / (n - ddof))) <= np.abs(np.finfo(out_dtype).eps * mean)
+    redo = np.isnan(mean) | np.isnan(var) if omit else None
+    if redo is not None and redo.any():
+        shape = keepdims_shape(x.shape, axes)
+        where, count = redo_mask(redo, x.shape), np.empty(shape)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            m, q, _ = forward(x, axes, "stats", where=where, count=count, omit=2, warn=False)
+        every = redo.all()
+        normalize(x, axes, "given", eps=0.0, gamma=None, beta=None, out=y, dtype=dtype,
+                  n_stats=0, given=(m, zscore_scale(m, q, count, ddof, out_dtype)),
+                  where=None if every else where, count=None if every else np.empty(shape))
+        flat &= ~redo
     if flat.any():
         np.copyto(y, np.nan, where=np.broadcast_to(flat, y.shape))
     return y
@@ -50,8 +64,9 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
     The mean and the standard deviation of each slice (single-pass Welford
     updates merged with Chan et al.'s formula, in float64, exact for data
     with a large common offset) and the scores come from one pass over a,
-    as layer normalization's; with "omit" or a masked array, from two (the
-    statistics, then the scores).
+    as layer normalization's, for float16/float32 scores (with "omit", the
+    slices that hold a NaN are read again); float64 scores, and a masked
+    array's, from two (the statistics, then the scores).
 
     Parameters
     ----------
@@ -129,8 +144,12 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
         refuse_nan(x, "a")
     shape = keepdims_shape(x.shape, axes)
     n = math.prod(x.shape[i] for i in axes)
-    if policy != "omit" and where is None and x.size > 0 and n - ddof > 0:
-        y = _one_pass(x, axes, n, ddof, out, dtype, out_dtype)
+    # (omit re-reads the slices with a NaN after y is written: not in place.
+    # float64 scores take the given pass, (x - mean) * scale: the one pass's
+    # x * k + c cancels log2 of offset / spread bits, below float32's.)
+    if (where is None and x.size > 0 and n - ddof > 0 and out_dtype != np.float64
+            and (policy != "omit" or out is None or not np.may_share_memory(out, x))):
+        y = _one_pass(x, axes, n, ddof, out, dtype, out_dtype, policy == "omit")
         return y if out is not None else inp.wrap(y)
     with warnings.catch_warnings():
         # SciPy's zscore is silent about empty and all-NaN slices.
