@@ -274,22 +274,29 @@ class MissingValues:
             getattr(fastnorm, func)(self.x, axis=self.axis, out=self.out, nan_policy=policy)
 
 
-class ZscoreSciPy:
-    """scipy.stats.zscore on MissingValues' arrays without NaN (the
-    yardstick of fastnorm's zscore there)."""
-    params = [["rows", "columns"]]
-    param_names = ["axis"]
+class ZscoreYardsticks:
+    """The yardsticks of fastnorm's zscore on MissingValues' arrays without
+    NaN: scipy.stats.zscore (where SciPy is installed), and its formula in
+    NumPy (the mean, the standard deviation, then the scores)."""
+    params = [["rows", "columns"], ["scipy", "numpy"]]
+    param_names = ["axis", "code"]
 
-    def setup(self, axis):
-        try:
-            from scipy import stats
-        except ImportError:
-            raise NotImplementedError("SciPy is not installed")
-        self.zscore = stats.zscore
+    def setup(self, axis, code):
+        if code == "scipy":
+            try:
+                from scipy import stats
+            except ImportError:
+                raise NotImplementedError("SciPy is not installed")
+            self.zscore = stats.zscore
+        else:
+            def numpy_zscore(x, axis):
+                m = x.mean(axis, keepdims=True)
+                return (x - m) / x.std(axis, keepdims=True)
+            self.zscore = numpy_zscore
         self.x = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
         self.axis = -1 if axis == "rows" else 0
 
-    def time_scipy(self, axis):
+    def time_zscore(self, axis, code):
         self.zscore(self.x, axis=self.axis)
 
 

@@ -116,7 +116,6 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
     --------
     mean_var : The statistics alone, with ``where=``.
     Moments : Statistics of data seen in pieces, then ``normalize``.
-    scipy.stats.zscore : The same results, in more passes.
 
     Notes
     -----
