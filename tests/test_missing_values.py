@@ -322,11 +322,16 @@ def test_dask_batch_norm_omit_updates_running_stats():
     rng = np.random.default_rng(12)
     x = rng.standard_normal((60, 5))
     x[rng.random(x.shape) < 0.3] = np.nan
+    x[1:, 4] = np.nan                   # one number: kept running statistics, no warning
+    x[0, 4] = 2.0
     r1 = (np.zeros(5), np.ones(5))
     r2 = (np.zeros(5), np.ones(5))
-    y1 = fastnorm.batch_norm(x, *[None, None], *r1, axis=0, nan_policy="omit")
-    y2 = fastnorm.batch_norm(da.from_array(x, chunks=(13, 2)), None, None, *r2, axis=0,
-                             nan_policy="omit").compute()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y1 = fastnorm.batch_norm(x, *[None, None], *r1, axis=0, nan_policy="omit")
+        y2 = fastnorm.batch_norm(da.from_array(x, chunks=(13, 2)), None, None, *r2, axis=0,
+                                 nan_policy="omit").compute()
+    assert r2[0][4] == 0.0 and r2[1][4] == 1.0
     np.testing.assert_allclose(y2, y1, rtol=1e-12, equal_nan=True)
     for a, b in zip(r1, r2):
         np.testing.assert_allclose(b, a, rtol=1e-13)

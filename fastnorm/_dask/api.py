@@ -177,6 +177,8 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
                 mean, var, n = dask.compute(states.map_blocks(tasks.centre, dtype=np.float64),
                                             variance(states, states["n"]), states["n"])
                 rstd = _simd.kernels.rstd(var, eps)
+                if (n == 0).any():
+                    warn_empty()     # a feature with no number: known now
                 n = one_number_kept(n)
             elif where is None:
                 mean, var, rstd = dask.compute(*slice_stats(x, axes, "center", eps))
@@ -187,7 +189,7 @@ def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, ep
                     raise ValueError("batch_norm training needs more than one selected "
                                      "value per feature; where= selects one value of some "
                                      "feature")
-            if np.ndim(n) and (n == 0).any():
+            if not omit and np.ndim(n) and (n == 0).any():
                 warn_empty()     # a feature with nothing selected: known now
             _running_update(running_mean, running_var, x, kept, momentum, n, mean, var)
             mean, rstd = aligned(mean, x), aligned(rstd, x)
