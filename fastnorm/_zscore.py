@@ -36,7 +36,8 @@ def _one_pass(x, axes, n, ddof, out, dtype, out_dtype, omit):
     already; a nearly constant one is written again, rarely).  With omit,
     the slices that come out NaN are taken again without their NaN (their
     statistics through the masked pass, then their scores)."""
-    gain = np.full((1,) * x.ndim, math.sqrt((n - ddof) / n))
+    # (ddof 0: the gain is 1, and a call without one skips its multiply)
+    gain = None if ddof == 0 else np.full((1,) * x.ndim, math.sqrt((n - ddof) / n))
     y, (mean, _, var), _, _ = normalize(x, axes, "center", eps=0.0, gamma=gain, beta=None,
                                         out=out, dtype=dtype, n_stats=0, want_var=True)
     with np.errstate(invalid="ignore"):
