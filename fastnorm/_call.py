@@ -16,7 +16,7 @@ from ._config import team_size
 
 def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
                  given=None, want_var=False, want_stats=True, fresh=False,
-                 where=None, count=None, check_count=None, omit=0, warn=True):
+                 where=None, count=None, check_count=None, omit=0, warn=True, cold=False):
     """Run the kernel once; return its per-slice float64 statistics in
     keepdims layout: (mean, m2) for 'stats', (mean, rstd[, var]) for
     'center', (mean of squares, rstd) for 'rms', the given pair for 'given'.
@@ -31,7 +31,9 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     left out of the statistics and the count, as if not selected (2: the
     selected slices are known to hold a NaN or an inf).  warn
     False: no warning of an empty selection (a part of the slices, such as
-    a Dask chunk's, may select nothing)."""
+    a Dask chunk's, may select nothing).  cold: x is read from memory
+    whatever its size (a stream's chunk): fetched ahead, never taken as
+    in the caches."""
     shape = keepdims_shape(x.shape, axes)
     if given is not None:
         s0, s1 = given
@@ -56,8 +58,9 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     mask, m, threads = reduced_mask(axes, x.ndim), k.MODES[mode], team_size()
     if _explain.explaining and _explain.active():
         _explain.kernel(k.explain_forward(x, y, gamma, beta, s0, s1, s2, mask, m, threads, fresh,
-                                          where, count, omit))
-    k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh, where, count, omit)
+                                          where, count, omit, cold))
+    k.forward(x, y, gamma, beta, s0, s1, s2, mask, m, eps, threads, fresh, where, count, omit,
+              cold)
     if check_count is not None:
         check_count(count)
     if warn and where is not None and given is None and (count == 0).any():

@@ -44,6 +44,13 @@ def kernel(route):
     raise _Route(route)
 
 
+def _moments_update(func):
+    """Whether func is a Moments accumulator's bound update."""
+    from ._moments import Moments
+    return (getattr(func, "__func__", None) is Moments.update
+            and isinstance(func.__self__, Moments))
+
+
 def explain(func, *args, **kwargs):
     """The route ``func(*args, **kwargs)`` would take, without running it.
 
@@ -55,7 +62,8 @@ def explain(func, *args, **kwargs):
     Parameters
     ----------
     func : callable
-        A public fastnorm function (``fastnorm.layer_norm``, ...).
+        A public fastnorm function (``fastnorm.layer_norm``, ...), or a
+        ``Moments`` accumulator's ``update`` (its statistics unchanged).
     *args, **kwargs
         Its arguments, as they would be passed.
 
@@ -136,7 +144,7 @@ def explain(func, *args, **kwargs):
     from . import _machine, _public_functions, _simd
     from ._config import machine_facts
     from ._lazy import any_dask
-    if func not in _public_functions():
+    if func not in _public_functions() and not _moments_update(func):
         raise TypeError(f"explain() takes a public fastnorm function, got {func!r}")
     if any_dask(*args, *kwargs.values()):
         raise TypeError("explain() describes calls on NumPy arrays; a call on Dask arrays "

@@ -26,7 +26,7 @@ def redo_mask(redo, shape):
     return as_where(redo, shape)
 
 
-def omitted_stats(x, axes, where=None, warn=True):
+def omitted_stats(x, axes, where=None, warn=True, cold=False):
     """Each slice's (mean, m2, count) over its values that are numbers and,
     with where (as_where's bytes), selected: float64 in keepdims layout.
     Without where, one unmasked call first: data without NaN costs nothing
@@ -34,10 +34,11 @@ def omitted_stats(x, axes, where=None, warn=True):
     or an inf, which stays) are taken again, NaN left out, in the kernels'
     masked pass (no mask of x's size: theirs is one byte a slice).  A slice
     with no number gets NaN statistics and count 0 (warned of, as
-    np.nanmean warns, unless warn is False: a Dask chunk's slices)."""
+    np.nanmean warns, unless warn is False: a Dask chunk's slices).  cold:
+    forward's (the first pass)."""
     shape = keepdims_shape(x.shape, axes)
     if where is None:
-        mean, m2, _ = forward(x, axes, "stats")
+        mean, m2, _ = forward(x, axes, "stats", cold=cold)
         count = np.full(shape, float(math.prod(x.shape[i] for i in axes)))
         if x.size == 0:
             return mean, m2, count
@@ -51,7 +52,8 @@ def omitted_stats(x, axes, where=None, warn=True):
     # (the slices taken again hold a NaN or an inf: omit 2 skips their
     # fast sums)
     m, q, _ = forward(x, axes, "stats", where=where, count=part,
-                      omit=1 if redo is None else 2, warn=warn and redo is None)
+                      omit=1 if redo is None else 2, warn=warn and redo is None,
+                      cold=cold and redo is None)
     if redo is None:
         return m, q, part
     if warn and (part[redo] == 0).any():

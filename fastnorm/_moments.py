@@ -16,25 +16,34 @@ from ._where import Input, as_where
 __all__ = ["Moments", "piece_moments"]
 
 
-def piece_moments(x, axes, where=None, omit=False, warn=True):
+def piece_moments(x, axes, where=None, omit=False, warn=True, cold=False):
     """One piece's state, (count, mean, m2) per slice, float64 in keepdims
     layout (count one float for all slices when every value counts, else
     an array): over where's selection (as_where's bytes) and,
     with omit, the values that are numbers.  A slice with nothing counted
     has count 0 (its mean and m2 are not used by any merge).  warn False:
-    no warning of slices with nothing selected (a piece of a slice)."""
+    no warning of slices with nothing selected (a piece of a slice).  cold:
+    x is read from memory whatever its size (forward's)."""
     shape = keepdims_shape(x.shape, axes)
     if x.size == 0:
         return np.zeros(shape), np.zeros(shape), np.zeros(shape)
     if omit:
-        mean, m2, count = omitted_stats(x, axes, where, warn)
+        mean, m2, count = omitted_stats(x, axes, where, warn, cold)
         return count, mean, m2
     if where is None:
-        mean, m2, _ = forward(x, axes, "stats")
+        mean, m2, _ = forward(x, axes, "stats", cold=cold)
         return float(math.prod(x.shape[i] for i in axes)), mean, m2
     count = np.empty(shape)
-    mean, m2, _ = forward(x, axes, "stats", where=where, count=count, warn=warn)
+    mean, m2, _ = forward(x, axes, "stats", where=where, count=count, warn=warn, cold=cold)
     return count, mean, m2
+
+
+def stream_chunk(a):
+    """Whether update reads a from memory whatever its size: a view into a
+    larger array or a file's map (a stream's chunk, read once; fetched
+    ahead).  An array that owns its memory was just written, by a
+    conversion or a read, and is in the caches where it fits them."""
+    return not a.flags.owndata
 
 
 def _restore(axis, nan_policy, count, shift, mean, m2):
@@ -98,6 +107,10 @@ class Moments:
     pickle (their counts, means and M2 as float64 arrays) and compare
     equal when their axis, policy and statistics are the same (NaN equal
     to NaN).  A Moments is not safe to update from several threads at once.
+    ``update`` reads a chunk that is a view into a larger array (a slice of
+    it, a memory-mapped file) as a stream's chunk, from memory, fetching
+    ahead whatever its size; an array of its own as just written, from the
+    caches where it fits them (the statistics are the same either way).
 
     Examples
     --------
@@ -149,7 +162,8 @@ class Moments:
         self._check_kept(shape)
         if self._policy == "raise":
             refuse_nan(a)
-        count, mean, m2 = piece_moments(a, axes, w, self._policy == "omit", warn=False)
+        count, mean, m2 = piece_moments(a, axes, w, self._policy == "omit", warn=False,
+                                        cold=stream_chunk(a))
         # (reshape of the kernels' C-contiguous statistics: views; a count
         # may be one for all)
         return self._fold(count if np.ndim(count) == 0 else count.reshape(shape),

@@ -2361,9 +2361,9 @@ cdef void plan_columns(ColumnPlan* p, const Layout* L, const Route* R, int mode,
                        == p.n_cols * L.kept[L.n_kept - 1].stride[OP_X])
                   and p.n_cols * L.kept[L.n_kept - 1].stride[OP_X] <= PREFETCH_ROW_MAX)
     # From cache a strip reads a line twice at little cost, and the edges'
-    # vectors cost their own sweeps.
-    p.from_memory = (p.n_outer * p.n_rows * p.n_cols * <Py_ssize_t>sizeof(in_t)
-                     > CACHED_BYTES)
+    # vectors cost their own sweeps.  (A stream's chunk is from memory.)
+    p.from_memory = R.cold or (p.n_outer * p.n_rows * p.n_cols * <Py_ssize_t>sizeof(in_t)
+                               > CACHED_BYTES)
     # From cache, fetching the next sweep gains nothing.  Where the L2 hint
     # fills L1 too (AMD's cores before Zen 4) it pushes out lines the
     # strips still read, and rows an L1 way apart share their sets: those

@@ -90,7 +90,7 @@ WAYS = ("rows", "lanes", "whole", "split", "images", "channels", "tiles", "turns
 
 cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s1, s2,
                        tuple reduced, int mode, int nthreads, bint fresh, where=None,
-                       count=None, int omit=0) except -1:
+                       count=None, int omit=0, bint cold=False) except -1:
     """The layout and the route of a forward call (see forward)."""
     cdef bint has_y = y is not None
     cdef int xt = type_code(x), yt = xt
@@ -118,7 +118,7 @@ cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s
     if beta is None:
         L.base[OP_B] = <char*>&fn_zero_value
     route_forward(R, L, mode, has_y, xt, yt, nthreads, fresh, y_contiguous,
-                  cnp.PyArray_NBYTES(x), y_bytes)
+                  cnp.PyArray_NBYTES(x), y_bytes, cold)
     return 0
 
 
@@ -158,13 +158,13 @@ cdef int forward_typed(const Layout* L, const Route* R, int mode, double eps, bi
 
 cdef int run_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
                      double eps, int nthreads, bint fresh, where=None, count=None,
-                     int omit=0) except -1:
+                     int omit=0, bint cold=False) except -1:
     cdef Layout L
     cdef Route R
     cdef int rc, in_code = type_code(x), out_code = in_code
     cdef bint has_y = y is not None
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh,
-                  where, count, omit)
+                  where, count, omit, cold)
     if has_y:
         out_code = type_code(y)
     start_call(&R, x, y)
@@ -222,7 +222,8 @@ def fresh_output(shape, dtype, bint fortran_order, cnp.ndarray where, int nthrea
 
 
 def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, double eps,
-            int nthreads, bint fresh=False, where=None, count=None, int omit=0):
+            int nthreads, bint fresh=False, where=None, count=None, int omit=0,
+            bint cold=False):
     """One forward call: x (float16/32/64, aligned, native byte order); y an
     output of x's shape or None; gamma, beta float64 arrays of x.ndim
     dimensions (each x's size or 1) or None; s0, s1 float64 statistics in
@@ -235,11 +236,11 @@ def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, 
     for each slice's number of them; y is written there alone.  omit (mode
     'stats' with where, no y): a value counts where selected and not NaN
     (1; 2: the slices selected are known to hold a NaN, and their fast
-    sums are not tried first).
-    Nothing is copied."""
+    sums are not tried first).  cold: x is read from memory whatever its
+    size (Route.cold).  Nothing is copied."""
     fn_clean_upper()
     run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh, where,
-                count, omit)
+                count, omit, cold)
 
 
 cdef dict route_dict(const Route* R, const Layout* L):
@@ -252,7 +253,8 @@ cdef dict route_dict(const Route* R, const Layout* L):
 
 
 def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode,
-                    int nthreads, bint fresh=False, where=None, count=None, int omit=0):
+                    int nthreads, bint fresh=False, where=None, count=None, int omit=0,
+                    bint cold=False):
     """The route forward() would take with these arguments, as a dict;
     nothing is run."""
     fn_clean_upper()
@@ -261,7 +263,7 @@ def explain_forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, in
     cdef dict route
     cdef int xt = type_code(x), yt = xt if y is None else type_code(y)
     forward_setup(&L, &R, x, y, gamma, beta, s0, s1, s2, reduced, mode, nthreads, fresh,
-                  where, count, omit)
+                  where, count, omit, cold)
     route = route_dict(&R, &L)
     route["runs_fetch"] = runs_fetch_of(&L, &R, mode)
     route["next_fetch"] = next_fetch_of(&L, &R, mode, y is not None, code_size(xt))

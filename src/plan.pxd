@@ -520,6 +520,8 @@ cdef struct Route:
     bint fold            # (TILES) gain and bias the same for every row: folded
                          # into the columns' coefficients
     bint fresh           # the output was just allocated
+    bint cold            # x is read from memory whatever its size (a stream's
+                         # chunk, read once): fetched ahead, never taken as cached
     Py_ssize_t out_bytes # the output's size
     Py_ssize_t row_max   # (ROWS) the longest rows, bytes
     Py_ssize_t batch     # (ROWS, LANES) slices per work item; (gradients, ROWS)
@@ -611,6 +613,7 @@ cdef inline void route_init(Route* R, const Layout* L, int nthreads, bint fresh,
     R.short_runs = R.images_out = R.fold = R.flat = R.runs_out = False
     R.row_max = R.batch = R.inner = 0
     R.fresh = fresh
+    R.cold = False
     R.out_bytes = out_bytes
 
 
@@ -621,15 +624,16 @@ cdef inline Py_ssize_t code_size(int t) noexcept nogil:
 
 cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, int xt, int yt,
                               int nthreads, bint fresh, bint y_contiguous, Py_ssize_t x_bytes,
-                              Py_ssize_t y_bytes) noexcept nogil:
+                              Py_ssize_t y_bytes, bint cold=False) noexcept nogil:
     """Decide how a forward call runs (xt, yt: the element codes of x and y,
-    code_size)."""
+    code_size; cold: Route.cold)."""
     cdef Py_ssize_t isz = code_size(xt), run_len, n_runs = 1, row_bytes
     cdef Py_ssize_t cached_bytes, cached_row, stat_bytes
     cdef const Axis* inner
     cdef bint contiguous, f32, masked = L.base[OP_M] != NULL
     cdef int a
     route_init(R, L, nthreads, fresh, y_bytes)
+    R.cold = cold
     # where=: along slices only the schedules that walk runs one by one take
     # a mask (the whole slice or its blocks); columns, the tiles.
     R.stream = has_y and stream_output(L, y_bytes, STREAM_MIN_BYTES, fresh)
@@ -698,7 +702,8 @@ cdef inline int route_forward(Route* R, const Layout* L, int mode, bint has_y, i
     # read from memory: each row one stream fetched ahead step by step
     # (run_deviations), the lanes of FN_W rows summed together, where row by
     # row each row's sums and finish held up the reads.
-    R.in_cache = (n_runs == 1 or R.flat) and L.n_slices * stat_bytes + y_bytes <= cached_bytes
+    R.in_cache = (not cold and (n_runs == 1 or R.flat)
+                  and L.n_slices * stat_bytes + y_bytes <= cached_bytes)
     if R.in_cache or (not has_y and xt != 2 and n_runs == 1 and contiguous):
         R.row_max = cached_row
         # whole groups of FN_W rows (a group of fewer costs as much)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
+from fastnorm._moments import piece_moments
 from reference import masked_moments, norm_axes
 
 
@@ -103,6 +104,36 @@ def test_chunks_and_merge_trees_give_the_statistics_of_the_whole(spec):
     assert np.all(np.abs(got.mean - m)[ok] <= (2 * tol * spread + 2 * eps_mean)[ok])
     assert np.all(np.abs(got.var() - v)[ok]
                   <= (2 * tol * spread**2 + 1e-12 * np.abs(v) + 2 * eps_mean * spread)[ok])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.sampled_from([1, 7, 300, 9000]), cols=st.sampled_from([1, 5, 64, 131]),
+       lead=st.integers(0, 3), axis=st.sampled_from([0, 1, None]),
+       dtype=st.sampled_from(["float16", "float32", "float64"]),
+       policy=st.sampled_from(["propagate", "omit"]), seed=st.integers(0, 2**32 - 1))
+def test_a_chunk_read_from_memory_gives_the_bits_of_one_in_cache(rows, cols, lead, axis, dtype,
+                                                                 policy, seed):
+    # update plans a view as a stream's chunk (fetched ahead), an array of
+    # its own as just written: the plan differs, the statistics may not.
+    rng = np.random.default_rng(seed)
+    base = (5.0 + rng.standard_normal((rows, cols + lead))).astype(dtype)
+    base[rng.random(base.shape) < 0.05] = np.nan
+    x = base[:, lead:]
+    axes = (0, 1) if axis is None else (axis,)
+    cold = piece_moments(x, axes, omit=policy == "omit", cold=True)
+    warm = piece_moments(x, axes, omit=policy == "omit", cold=False)
+    for a, b in zip(cold, warm):
+        assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_explain_describes_an_update_and_changes_nothing():
+    m = fastnorm.Moments(0).update(np.ones((4, 64)))
+    before = m.copy()
+    r = fastnorm.explain(m.update, np.zeros((6000, 64), np.float32)[:5000])
+    assert r["pattern"] == "columns" and r["columns"]["fetch_ahead"] != "none"
+    assert m == before
+    with pytest.raises(TypeError, match="public fastnorm function"):
+        fastnorm.explain(m.merge, m)
 
 
 def test_chunks_of_one_value_with_a_large_offset():
