@@ -547,7 +547,8 @@ def batch_norm(x, gamma=None, beta=None, running_mean=None, running_var=None, *,
             n_stats=n_stats, given=(mean, rstd), **sel.kernel_args())
     else:
         # A fresh y is the caller's only after the counts are checked.
-        counted = out is None and sel.count is not None
+        # ("omit" counts numbers, not the selection: the mask is counted.)
+        counted = out is None and sel.count is not None and policy != "omit"
         n, momentum = check_training(x.shape, axes, momentum, sel.where, counted)
         if running_mean is not None:
             rm_view = running_stat(running_mean, "running_mean", x.shape, kept)

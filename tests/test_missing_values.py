@@ -153,6 +153,21 @@ def test_batch_norm_omit_updates_running_stats_with_each_features_count(dtype):
         assert abs(rv[c] - want_v) <= tol * (1 + abs(want_v))
 
 
+@pytest.mark.parametrize("shape,where", [((1, 1, 1), np.ones((1, 1, 1), bool)),
+                                         ((5, 3), np.eye(5, 3, dtype=bool))])
+def test_batch_norm_omit_still_refuses_a_where_that_selects_one_value(shape, where):
+    # A feature left with one number by "omit" keeps its running statistics;
+    # a where= that selects one value is refused under every policy, before
+    # anything is written.
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    rm, rv = np.zeros(shape[-1]), np.ones(shape[-1])
+    for policy in ("propagate", "omit"):
+        with pytest.raises(ValueError, match="selects one value"):
+            fastnorm.batch_norm(x, axis=tuple(range(x.ndim - 1)) or None, where=where,
+                                running_mean=rm, running_var=rv, nan_policy=policy)
+        assert not rm.any() and (rv == 1).all()
+
+
 def test_omit_without_nan_is_the_propagate_call():
     rng = np.random.default_rng(8)
     for shape, axis in [((300, 70), 1), ((300, 70), 0), ((4, 6, 50), (0, 2))]:
