@@ -26,17 +26,44 @@ def redo_mask(redo, shape):
     return as_where(redo, shape)
 
 
-def omitted_stats(x, axes, where=None, warn=True, cold=False):
+# Slices along the longest kept axis a probe takes one of (nan_in_most);
+# fewer positions than this along it, no probe.
+PROBE_SHARE = 64
+
+
+def nan_in_most(x, axes):
+    """Whether most slices of x hold a NaN, judged by the leading
+    1/PROBE_SHARE of them along the longest kept axis (their propagate
+    statistics): most of a propagate pass would then be taken again."""
+    kept = [i for i in range(x.ndim) if i not in axes]
+    if not kept or x.size == 0:
+        return False
+    a = max(kept, key=lambda i: x.shape[i])
+    if x.shape[a] < PROBE_SHARE:
+        return False
+    head = x[(slice(None),) * a + (slice(0, x.shape[a] // PROBE_SHARE),)]
+    mean, m2, _ = forward(head, axes, "stats")
+    with np.errstate(invalid="ignore"):
+        return 2 * np.count_nonzero(np.isnan(mean) | np.isnan(m2)) >= mean.size
+
+
+def omitted_stats(x, axes, where=None, warn=True, cold=False, nan_most=None):
     """Each slice's (mean, m2, count) over its values that are numbers and,
     with where (as_where's bytes), selected: float64 in keepdims layout.
     Without where, one unmasked call first: data without NaN costs nothing
     more, and only the slices whose statistics come out not finite (a NaN,
     or an inf, which stays) are taken again, NaN left out, in the kernels'
-    masked pass (no mask of x's size: theirs is one byte a slice).  A slice
-    with no number gets NaN statistics and count 0 (warned of, as
-    np.nanmean warns, unless warn is False: a Dask chunk's slices).  cold:
-    forward's (the first pass)."""
+    masked pass (no mask of x's size: theirs is one byte a slice).  Where
+    most slices hold a NaN (nan_most; None: nan_in_most's probe), the
+    masked pass alone, over every slice.  A slice with no number gets NaN
+    statistics and count 0 (warned of, as np.nanmean warns, unless warn is
+    False: a Dask chunk's slices).  cold: forward's (the first pass)."""
     shape = keepdims_shape(x.shape, axes)
+    if where is None and (nan_in_most(x, axes) if nan_most is None else nan_most):
+        where, redo = redo_mask(np.ones(shape, bool), x.shape), None
+        part = np.empty(shape)
+        m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=2, warn=warn, cold=cold)
+        return m, q, part
     if where is None:
         mean, m2, _ = forward(x, axes, "stats", cold=cold)
         count = np.full(shape, float(math.prod(x.shape[i] for i in axes)))
@@ -97,15 +124,16 @@ def omitted_normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, s
     known (a fresh y, or an out= that shares no memory with x), the call
     is the "propagate" one: data without NaN costs that one pass, and only
     the slices whose statistics come out NaN are taken again (their
-    statistics without NaN, then their output).  Otherwise the statistics
-    come first (omitted_stats), then y in the kernels' given-statistics
-    pass."""
+    statistics without NaN, then their output).  Otherwise, and where most
+    slices hold a NaN (nan_in_most), the statistics come first
+    (omitted_stats), then y in the kernels' given-statistics pass."""
     y_out = out[0] if isinstance(out, tuple) else out
-    if (sel.where is None and x.size > 0
+    most = sel.where is None and nan_in_most(x, axes)
+    if (sel.where is None and x.size > 0 and not most
             and (y_out is None or not np.may_share_memory(y_out, x))):
         return _redo_nan_slices(x, axes, mode, eps=eps, gamma=gamma, beta=beta, out=out,
                                 dtype=dtype, n_stats=n_stats)
-    mean, m2, count = omitted_stats(x, axes, sel.where)
+    mean, m2, count = omitted_stats(x, axes, sel.where, nan_most=most)
     var, given = _given_of(mode, mean, m2, count, eps)
     if sel.count is not None:
         sel.count[...] = count      # what masked results count as empty

@@ -10,7 +10,7 @@ from . import _simd
 from ._args import as_input, axes_tuple, keepdims_shape, nan_policy_of, result_dtypes
 from ._call import forward, normalize
 from ._lazy import any_dask, via_dask
-from ._missing import omitted_stats, redo_mask, refuse_nan
+from ._missing import nan_in_most, omitted_stats, redo_mask, refuse_nan
 from ._where import Input, as_where
 
 __all__ = ["zscore", "zscore_scale"]
@@ -147,7 +147,9 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
     # (omit re-reads the slices with a NaN after y is written: not in place.
     # float64 scores take the given pass, (x - mean) * scale: the one pass's
     # x * k + c cancels log2 of offset / spread bits, below float32's.)
-    if (where is None and x.size > 0 and n - ddof > 0 and out_dtype != np.float64
+    # (most slices with a NaN: their statistics first, in one pass)
+    most = policy == "omit" and where is None and nan_in_most(x, axes)
+    if (where is None and x.size > 0 and n - ddof > 0 and out_dtype != np.float64 and not most
             and (policy != "omit" or out is None or not np.may_share_memory(out, x))):
         y = _one_pass(x, axes, n, ddof, out, dtype, out_dtype, policy == "omit")
         return y if out is not None else inp.wrap(y)
@@ -155,7 +157,7 @@ def zscore(a, axis=0, *, ddof=0, nan_policy="propagate", out=None, dtype=None):
         # SciPy's zscore is silent about empty and all-NaN slices.
         warnings.simplefilter("ignore", RuntimeWarning)
         if policy == "omit":
-            mean, m2, n = omitted_stats(x, axes, where)
+            mean, m2, n = omitted_stats(x, axes, where, nan_most=most)
         elif where is None:
             mean, m2, _ = forward(x, axes, "stats")
         else:

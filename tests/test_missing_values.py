@@ -4,12 +4,14 @@ statistics over its values that are not NaN (and selected, with where=),
 other call.  References are float64 computed slice by slice over the
 values that count (reference.masked_moments), never by fastnorm."""
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
+from fastnorm import _missing
 from reference import (assert_close, masked_moments, norm_axes, selected_mean_var,
                        out_dtype, selected_norm, stat_dtype, tiny, tolerances)
 from strategies import LAYOUTS, arrange, axis_args, make_values, normalizer_params, shapes
@@ -58,9 +60,22 @@ def build(spec):
     return x, axes, where, counts
 
 
+# Where most slices hold a NaN, "omit" takes the statistics first, over
+# every slice (nan_in_most probes a 1/PROBE_SHARE of them); with a share
+# of 1 the probe takes every slice, and small arrays go either way.
+EVERY_SLICE_PROBED = 1
+
+
 @settings(max_examples=200, deadline=None)
-@given(spec=nan_specs(), ddof=st.sampled_from([0, 1]), keepdims=st.booleans())
-def test_mean_var_omit_is_nanmean_and_nanvar(spec, ddof, keepdims):
+@given(spec=nan_specs(), ddof=st.sampled_from([0, 1]), keepdims=st.booleans(),
+       probed=st.booleans())
+def test_mean_var_omit_is_nanmean_and_nanvar(spec, ddof, keepdims, probed):
+    with mock.patch.object(_missing, "PROBE_SHARE",
+                           EVERY_SLICE_PROBED if probed else _missing.PROBE_SHARE):
+        check_mean_var_omit(spec, ddof, keepdims)
+
+
+def check_mean_var_omit(spec, ddof, keepdims):
     x, axes, where, counts = build(spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -76,8 +91,14 @@ def test_mean_var_omit_is_nanmean_and_nanvar(spec, ddof, keepdims):
 
 @settings(max_examples=200, deadline=None)
 @given(spec=nan_specs(), kind=st.sampled_from(["layer", "rms", "batch"]),
-       params=st.booleans(), into=st.sampled_from(["fresh", "out"]))
-def test_normalizers_omit_match_reference(spec, kind, params, into):
+       params=st.booleans(), into=st.sampled_from(["fresh", "out"]), probed=st.booleans())
+def test_normalizers_omit_match_reference(spec, kind, params, into, probed):
+    with mock.patch.object(_missing, "PROBE_SHARE",
+                           EVERY_SLICE_PROBED if probed else _missing.PROBE_SHARE):
+        check_normalizer_omit(spec, kind, params, into)
+
+
+def check_normalizer_omit(spec, kind, params, into):
     x, axes, where, counts = build(spec)
     case = normalizer_params(x, axes, kind, params, spec["seed"] + 1)
     if case is None:
