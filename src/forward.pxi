@@ -1525,7 +1525,7 @@ cdef inline void lanes_strip(const ColumnPlan* p, const Tile* t, Py_ssize_t c, i
     cdef fn_vd k[FN_NVC]
     cdef fn_vd piv[FN_NVC]
     cdef fn_vd cen[FN_NVC]
-    cdef fn_vd d, on, xv, one = fn_set1(1.0), every = fn_lane_mask(0, FN_W)
+    cdef fn_vd d, on, xv, every = fn_lane_mask(0, FN_W)
     cdef bint omit = p.L.omit
     cdef double cs[FN_NVC * 8]
     cdef double ts[FN_NVC * 8]
@@ -1560,11 +1560,11 @@ cdef inline void lanes_strip(const ColumnPlan* p, const Tile* t, Py_ssize_t c, i
             d = fn_masked(fn_sub(shifted(xv, piv[l], ki), cen[l]), on)
             s[l] = fn_add(s[l], d)
             q[l] = fn_fma(d, d, q[l])
-            k[l] = fn_add(k[l], fn_masked(one, on))
+            k[l] = fn_count(k[l], on)
     for v in range(nv):
         fn_store_f64(ts + v * FN_W, s[v])
         fn_store_f64(tq + v * FN_W, q[v])
-        fn_store_f64(tk + v * FN_W, k[v])
+        fn_store_counts(tk + v * FN_W, k[v])
     lanes_fold(ts, tq, tk, cs, mean + c, m2 + c, cnt + c, nv * FN_W)
 
 

@@ -465,7 +465,7 @@ cdef inline void lane_sums(const char* x, const unsigned char* m, fn_vd piv, fn_
                            bint omit, fn_vd* s, fn_vd* q, fn_vd* k, in_t* kind) noexcept nogil:
     """One vector of selected_lanes: d = (x - pivot) - c where the lane
     counts (m's byte set, m NULL: every lane; with omit, x a number), +0.0
-    elsewhere, into the sums s, q (of d * d) and the counts k."""
+    elsewhere, into the sums s, q (of d * d) and the counts k (fn_count's)."""
     cdef fn_vd v = vload(x, sizeof(in_t), kind)
     cdef fn_vd sel = fn_lane_mask(0, FN_W) if m == NULL else fn_bytes_mask(m)
     cdef fn_vd d
@@ -474,7 +474,7 @@ cdef inline void lane_sums(const char* x, const unsigned char* m, fn_vd piv, fn_
     d = fn_masked(fn_sub(shifted(v, piv, kind), c), sel)
     s[0] = fn_add(s[0], d)
     q[0] = fn_fma(d, d, q[0])
-    k[0] = fn_add(k[0], fn_masked(fn_set1(1.0), sel))
+    k[0] = fn_count(k[0], sel)
 
 
 cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssize_t n,
@@ -491,6 +491,7 @@ cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssi
     cdef fn_vd piv = fn_set1(pivot), cv
     cdef Py_ssize_t w = sizeof(in_t), j = 0, body = n - n % FN_W
     cdef double c = 0.0, ts = 0.0, tq = 0.0, tk = 0.0, dv, s1, s2, cnt
+    cdef double kl[8]                   # (FN_W, at most 8)
     cdef Moments out
     if not squares:
         while j < n and not counts(x + j * w, NULL if m == NULL else m + j, omit, kind):
@@ -512,7 +513,7 @@ cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssi
         j = j + FN_W
     s = fn_add(s, s_b)
     q = fn_add(q, q_b)
-    k = fn_add(k, k_b)
+    k = fn_count_add(k, k_b)
     while j < n:
         if counts(x + j * w, NULL if m == NULL else m + j, omit, kind):
             dv = (sload(x + j * w, kind) - pivot) - c
@@ -522,7 +523,10 @@ cdef inline Moments selected_lanes(const char* x, const unsigned char* m, Py_ssi
         j = j + 1
     s1 = fn_hsum(s) + ts
     s2 = fn_hsum(q) + tq
-    cnt = fn_hsum(k) + tk
+    fn_store_counts(kl, k)
+    cnt = tk
+    for j in range(FN_W):
+        cnt = cnt + kl[j]
     if s2 - s2 != 0.0 or s1 - s1 != 0.0:
         return selected_runs(x, w, m, 1, n, pivot, squares, omit, kind)
     out.n = cnt

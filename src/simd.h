@@ -435,6 +435,42 @@ static inline fn_vd fn_numbers(fn_vd a)
 #endif
 }
 
+/* Counts lane by lane, held as int64 in a vector's bits (never used as
+ * numbers; fn_zero() is none): each lane set in a lane mask (all ones, -1)
+ * adds one.  An integer subtraction, where adding a masked 1.0 takes an AND
+ * and a floating-point addition, whose ports the sums need. */
+static inline fn_vd fn_count(fn_vd k, fn_vd mask)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    typedef int64_t vi __attribute__((vector_size(FN_VBYTES)));
+    return (fn_vd)((vi)k - (vi)mask);
+#else
+    int64_t c[FN_W], m[FN_W];
+    memcpy(c, &k, sizeof c); memcpy(m, &mask, sizeof m);
+    for (int l = 0; l < FN_W; l++) c[l] -= m[l];
+    memcpy(&k, c, sizeof c);
+    return k;
+#endif
+}
+
+/* Two vectors of counts as one (fn_count's). */
+static inline fn_vd fn_count_add(fn_vd a, fn_vd b)
+{
+    int64_t x[FN_W], y[FN_W];
+    memcpy(x, &a, sizeof x); memcpy(y, &b, sizeof y);
+    for (int l = 0; l < FN_W; l++) x[l] += y[l];
+    memcpy(&a, x, sizeof x);
+    return a;
+}
+
+/* fn_count's counts as doubles, lane by lane into t. */
+static inline void fn_store_counts(double *t, fn_vd k)
+{
+    int64_t c[FN_W];
+    memcpy(c, &k, sizeof c);
+    for (int l = 0; l < FN_W; l++) t[l] = (double)c[l];
+}
+
 /* The lane mask of FN_W where= bytes: lanes whose byte is nonzero. */
 static inline fn_vd fn_bytes_mask(const unsigned char *m)
 {
