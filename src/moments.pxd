@@ -27,8 +27,8 @@
 from simd cimport *
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy
-from plan cimport (AHEAD_ROWS, FN_NV, FN_NVC, MASK_PIECE, MASK_PIECE_F64, MASK_RUN_MIN, ROW_ACCS,
-                   SIDE_ROW_VECTORS, STATS_AHEAD)
+from plan cimport (AHEAD_ROWS, FN_NV, FN_NVC, MASK_PIECE, MASK_PIECE_F64, MASK_RUN_MIN,
+                   NUMBERS_PIECE, ROW_ACCS, SIDE_ROW_VECTORS, STATS_AHEAD)
 from fetch cimport Ahead, ahead_lines, ahead_piece, ahead_steps, fetch_lines
 
 cdef struct Moments:
@@ -547,7 +547,7 @@ cdef inline Moments numbers_run(const char* x, Py_ssize_t sx, Py_ssize_t n, doub
     them, whose run came out not finite): contiguous data a piece of lanes
     at a time (selected_lanes), merged in order; strided value by value."""
     cdef Moments acc = moments_empty(), part
-    cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else MASK_PIECE, j = 0
+    cdef Py_ssize_t piece = MASK_PIECE_F64 if in_t is double else NUMBERS_PIECE, j = 0
     if sx != sizeof(in_t):
         return numbers_moments(x, sx, n, pivot, squares, kind)
     while j < n:

@@ -77,6 +77,7 @@ cdef extern from "tuning.h":
         MASK_ROWS "FN_MASK_ROWS"
         MASK_PIECE "FN_MASK_PIECE"
         MASK_PIECE_F64 "FN_MASK_PIECE_F64"
+        NUMBERS_PIECE "FN_NUMBERS_PIECE"
         MASK_RUN_MIN "FN_MASK_RUN_MIN"
 
 # The values derived from the machine's caches and cores (fastnorm/_machine.py),

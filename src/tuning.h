@@ -98,6 +98,10 @@ static fn_tuning_t fn_tuning;
  * left out) takes that run as a stretch of its own (or skips it): the
  * edges of padding go to the ordinary loops, not lane by lane. */
 #define FN_MASK_RUN_MIN 64
+/* Values a piece of a float16/float32 run whose sums leave NaN out
+ * (nan_policy="omit"), one merge a piece: log2(4097) = 12 bits cancelled
+ * at most, of the 29 float64 holds beyond the data, as an unmasked block. */
+#define FN_NUMBERS_PIECE 4096
 /* Rows of float16/float32 column sums before they go into moments: a
  * segment's rounding grows with its length squared. */
 #define FN_SUM_ROWS 4096
