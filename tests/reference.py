@@ -273,6 +273,16 @@ def assert_close(actual, expected, allowed, what="value"):
             f"allowed {allowed[idx]:.3g} (dtype {actual.dtype})")
 
 
+def mean_rounding(mean, rstd, g=None):
+    """What a normalized output carries of its float64 mean's rounding: any
+    float64 mean is off by eps |mean|, times rstd (and the gain) in y.
+    Data at an offset far above its spread (-1000 + 1e-3 noise, eps
+    above the variance) are outside tolerances without it."""
+    gabs = 1.0 if g is None else np.abs(g)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return 4 * np.finfo(np.float64).eps * gabs * np.abs(np.nan_to_num(mean)) * rstd
+
+
 def tiny(dtype):
     """Absolute slack for results that round to subnormals."""
     return 2.0 * float(np.finfo(dtype).smallest_subnormal)

@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 import fastnorm
 from reference import (OUT_TOL, assert_bitwise, assert_close, kept_axes, masked_moments,
-                       norm_axes, out_dtype, selected_mean_var, selected_norm, stat_dtype,
-                       tiny, tolerances)
+                       mean_rounding, norm_axes, out_dtype, selected_mean_var, selected_norm,
+                       stat_dtype, tiny, tolerances)
 from strategies import LAYOUTS, arrange, axis_args, make_values, normalizer_params, shapes
 
 
@@ -93,7 +93,7 @@ def test_normalizers_where_match_reference(spec, kind, params, into):
     tout, tacc = tolerances(x.dtype, res)
     gabs = 1.0 if g is None else np.abs(g)
     allowed = (tout * (gabs * np.abs(xhat) + (0 if b is None else np.abs(b)))
-               + tacc * gabs * rstd * spread + tiny(res))
+               + tacc * gabs * rstd * spread + mean_rounding(mean, rstd, g) + tiny(res))
     with np.errstate(invalid="ignore", over="ignore"):
         assert_close(np.where(sel, y, 0), np.where(sel, yr, 0), np.where(sel, allowed, 0), "y")
         sdt = stat_dtype(res)
