@@ -27,9 +27,9 @@ def forward(x, axes, mode, *, eps=0.0, gamma=None, beta=None, y=None,
     float64 array in keepdims layout for each slice's number of selected
     values; y is written at the selected positions alone, and check_count
     (when given) is called with count before the call warns of an empty
-    selection.  omit (mode 'stats', with where): values that are NaN are
-    left out of the statistics and the count, as if not selected (2: the
-    selected slices are known to hold a NaN or an inf).  warn
+    selection.  omit (with where, not mode 'given'): values that are NaN
+    are left out of the statistics and the count, as if not selected (2:
+    the selected slices are known to hold a NaN or an inf).  warn
     False: no warning of an empty selection (a part of the slices, such as
     a Dask chunk's, may select nothing).  cold: x is read from memory
     whatever its size (a stream's chunk): fetched ahead, never taken as
@@ -83,12 +83,12 @@ def deliver(stat, dtype, out, name):
 
 def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
               given=None, want_var=False, want_stats=True, where=None, count=None,
-              check_count=None):
+              check_count=None, omit=0):
     """Shared body of the normalizers: y plus the statistics in the dtype
     the caller gets them in (n_stats of them are delivered through out;
     want_stats=False: y alone is used, the statistics may be None).
-    where, count, check_count: as forward's; a fresh y holds 0 outside the
-    selection, an out= its old values."""
+    where, count, check_count, omit: as forward's; a fresh y holds 0
+    outside the selection, an out= its old values."""
     out_dtype, stat_dtype = result_dtypes(x.dtype, dtype)
     outs = split_out(out, 1 + n_stats)
     # Every out= is checked before anything is written.
@@ -111,7 +111,7 @@ def normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats,
             given = tuple(detach(s, y) for s in given)
     stats = forward(x, axes, mode, eps=eps, gamma=gamma, beta=beta, y=y, given=given,
                     want_var=want_var, want_stats=want_stats, fresh=y is not outs[0],
-                    where=where, count=count, check_count=check_count)
+                    where=where, count=count, check_count=check_count, omit=omit)
     if final is not None:
         np.copyto(final, y, where=True if where is None else where.view(np.bool_))
         y = final

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from . import _simd
-from ._args import as_where, keepdims_shape, warn_empty
+from ._args import as_where, keepdims_shape, reduced_mask, warn_empty
 from ._call import forward, normalize
 
 
@@ -120,15 +120,26 @@ def omitted_normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, s
     and the out= arrays left for them, as normalize() (RMS: the first
     statistic is not its mean; only rstd is returned to users).
 
-    Without where=, and where y may be written before the statistics are
-    known (a fresh y, or an out= that shares no memory with x), the call
-    is the "propagate" one: data without NaN costs that one pass, and only
-    the slices whose statistics come out NaN are taken again (their
-    statistics without NaN, then their output).  Otherwise, and where most
-    slices hold a NaN (nan_in_most), the statistics come first
-    (omitted_stats), then y in the kernels' given-statistics pass."""
+    Slices of runs (not columns) with where=, or where most slices hold a
+    NaN (nan_in_most), take one masked pass that leaves NaN out of each
+    slice's statistics, then writes its output (where= or a mask of one
+    byte a slice).  Otherwise, without where=, and where y may be written
+    before the statistics are known (a fresh y, or an out= that shares no
+    memory with x), the call is the "propagate" one: data without NaN
+    costs that one pass, and only the slices whose statistics come out NaN
+    are taken again (their statistics without NaN, then their output).
+    Else the statistics come first (omitted_stats), then y in the kernels'
+    given-statistics pass."""
     y_out = out[0] if isinstance(out, tuple) else out
     most = sel.where is None and nan_in_most(x, axes)
+    if ((most or sel.where is not None) and x.size > 0
+            and _simd.kernels.layout_pattern(x, reduced_mask(axes, x.ndim)) == "slices"):
+        y, stats, sdt, outs = _masked_pass(x, axes, mode, eps=eps, gamma=gamma, beta=beta,
+                                           out=out, dtype=dtype, n_stats=n_stats,
+                                           where=sel.where)
+        if sel.count is not None:
+            sel.count[...] = stats[3]       # what masked results count as empty
+        return y, stats, sdt, outs
     if (sel.where is None and x.size > 0 and not most
             and (y_out is None or not np.may_share_memory(y_out, x))):
         return _redo_nan_slices(x, axes, mode, eps=eps, gamma=gamma, beta=beta, out=out,
@@ -142,6 +153,21 @@ def omitted_normalize(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, s
                                 where=sel.where, count=None if sel.where is None else
                                 np.empty(count.shape))
     return y, (given[0], given[1], var, count), sdt, outs
+
+
+def _masked_pass(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats, where):
+    """omitted_normalize's one masked pass (slices of runs: each slice's
+    statistics, NaN left out, then its output): over where (as_where's
+    bytes), or every slice (a mask of one byte a slice, the slices taken as
+    holding a NaN)."""
+    shape = keepdims_shape(x.shape, axes)
+    count = np.empty(shape)
+    y, (s0, s1, s2), sdt, outs = normalize(
+        x, axes, mode, eps=eps, gamma=gamma, beta=beta, out=out, dtype=dtype, n_stats=n_stats,
+        want_var=mode == "center", count=count, omit=1 if where is not None else 2,
+        where=redo_mask(np.ones(shape, bool), x.shape) if where is None else where)
+    # (centre: mean, rstd, var; RMS: mean of squares, rstd)
+    return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
 
 
 def _given_of(mode, mean, m2, count, eps):

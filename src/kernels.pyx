@@ -104,8 +104,8 @@ cdef int forward_setup(Layout* L, Route* R, cnp.ndarray x, y, gamma, beta, s0, s
                               or s0 is None or count is None):
         raise ValueError("fastnorm: a mask is one byte an element, of x's dimensions, "
                          "with statistics arrays and a count")
-    if omit and (where is None or has_y or mode != MODE_STATS):
-        raise ValueError("fastnorm: NaN is omitted from the statistics alone, with a mask")
+    if omit and (where is None or mode == MODE_GIVEN):
+        raise ValueError("fastnorm: NaN is omitted from statistics taken here, with a mask")
     if has_y:
         yt = type_code(y)
         y_bytes = cnp.PyArray_NBYTES(<cnp.ndarray>y)
@@ -233,10 +233,10 @@ def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, 
     per axis of x; fresh: y was just allocated (its pages not yet touched).
     where: the values it selects alone (bytes, nonzero: selected; x.ndim
     dimensions, each x's size or 1), count then a float64 statistics array
-    for each slice's number of them; y is written there alone.  omit (mode
-    'stats' with where, no y): a value counts where selected and not NaN
-    (1; 2: the slices selected are known to hold a NaN, and their fast
-    sums are not tried first).  cold: x is read from memory whatever its
+    for each slice's number of them; y is written there alone.  omit (with
+    where, not mode 'given'): a value counts in the statistics where
+    selected and not NaN (1; 2: the slices selected are known to hold a
+    NaN, and their fast sums are not tried first).  cold: x is read from memory whatever its
     size (Route.cold).  Nothing is copied."""
     fn_clean_upper()
     run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh, where,

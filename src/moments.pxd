@@ -418,7 +418,9 @@ cdef inline Moments numbers_moments(const char* x, Py_ssize_t stride, Py_ssize_t
             continue
         out.n = out.n + 1.0
         if squares:
-            out.m2 = out.m2 + y * y
+            # (y - y: NaN for an inf, which makes its slice NaN, as it does
+            # where nothing is omitted)
+            out.m2 = out.m2 + y * y + (y - y)
             continue
         y = y - pivot
         d = y - out.mean

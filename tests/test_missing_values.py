@@ -226,11 +226,15 @@ def test_omit_through_long_runs_and_column_tiles(dtype, shape, axis):
 
 
 @pytest.mark.parametrize("func", FUNCS)
-def test_inf_still_propagates_under_omit(func):
+@pytest.mark.parametrize("masked", [False, True])
+def test_inf_still_propagates_under_omit(func, masked):
+    # masked: a masked array that masks nothing, the selection's masked pass
     x = np.array([[1.0, np.nan, np.inf, 2.0], [1.0, np.nan, 3.0, 5.0]])
+    a = np.ma.MaskedArray(x, mask=np.zeros(x.shape, bool)) if masked else x
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        r = getattr(fastnorm, func)(x, axis=1, nan_policy="omit")
+        r = getattr(fastnorm, func)(a, axis=1, nan_policy="omit")
+    r = tuple(np.ma.getdata(s) for s in r) if func == "mean_var" else np.ma.getdata(r)
     # The row with an inf: NaN variance (mean_var) or NaN outputs; the other
     # row: numbers wherever x is a number.
     inf_row, other = (r[1][0], r[1][1]) if func == "mean_var" else (r[0], r[1, [0, 2, 3]])
