@@ -30,6 +30,20 @@ def active():
     return explaining > 0 and getattr(_local, "notes", None) is not None
 
 
+class unexplained:
+    """Within it this thread's kernel calls run even while its call is
+    explained: a read-only look at x that decides the route (nan_in_most's
+    probe), so that explain() reports the route the call takes.  (A class:
+    a generator's context costs microseconds a call.)"""
+
+    def __enter__(self):
+        self.notes = getattr(_local, "notes", None)
+        _local.notes = None
+
+    def __exit__(self, *exc):
+        _local.notes = self.notes
+
+
 def copied(what):
     """Note that the call copies or converts something before its kernel
     runs (what: a short phrase naming it)."""

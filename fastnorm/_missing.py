@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from . import _simd
+from . import _explain, _simd
 from ._args import as_where, keepdims_shape, reduced_mask, warn_empty
 from ._call import forward, normalize
 
@@ -26,25 +26,28 @@ def redo_mask(redo, shape):
     return as_where(redo, shape)
 
 
-# Slices along the longest kept axis a probe takes one of (nan_in_most);
-# fewer positions than this along it, no probe.
-PROBE_SHARE = 64
+# nan_in_most reads the leading 1/PROBE_SHARE of x along its longest axis
+# (one of PROBE_SHARE positions at least); x under PROBE_MIN_BYTES is not
+# probed: its passes cost less than the probe's call.
+PROBE_SHARE = 256
+PROBE_MIN_BYTES = 1 << 20
 
 
 def nan_in_most(x, axes):
-    """Whether most slices of x hold a NaN, judged by the leading
-    1/PROBE_SHARE of them along the longest kept axis (their propagate
-    statistics): most of a propagate pass would then be taken again."""
-    kept = [i for i in range(x.ndim) if i not in axes]
-    if not kept or x.size == 0:
+    """Whether most slices of x hold a NaN (most of a propagate pass would
+    be taken again), judged by the propagate statistics of x's leading
+    1/PROBE_SHARE along its longest axis: whole slices where that axis is
+    kept, each slice's head where it is reduced (a head with a NaN is a
+    slice with one).  One slice, or a small x: not probed (False)."""
+    if len(axes) == x.ndim or x.nbytes < PROBE_MIN_BYTES:
         return False
-    a = max(kept, key=lambda i: x.shape[i])
+    a = max(range(x.ndim), key=lambda i: x.shape[i])
     if x.shape[a] < PROBE_SHARE:
         return False
     head = x[(slice(None),) * a + (slice(0, x.shape[a] // PROBE_SHARE),)]
-    mean, m2, _ = forward(head, axes, "stats")
-    with np.errstate(invalid="ignore"):
-        return 2 * np.count_nonzero(np.isnan(mean) | np.isnan(m2)) >= mean.size
+    with _explain.unexplained():
+        mean, m2, _ = forward(head, axes, "stats")
+    return 2 * np.count_nonzero(np.isnan(mean) | np.isnan(m2)) >= mean.size
 
 
 def omitted_stats(x, axes, where=None, warn=True, cold=False, nan_most=None):

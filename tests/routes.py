@@ -1,10 +1,13 @@
 """The route a call takes, in fastnorm.explain's words, for the tests that
 aim at one: a test that means to reach a way through the kernels says so,
 and fails when a change to the planner moves its call elsewhere."""
+import contextlib
+from unittest import mock
+
 import numpy as np
 
 import fastnorm
-from fastnorm import _simd
+from fastnorm import _missing, _simd
 
 # Calls on x up to this many bytes split their work statically, larger
 # ones guided or dynamic: tests take either side.
@@ -42,3 +45,16 @@ def rows_x(rows, cols, dtype, seed=0):
 def rows_for(nbytes, cols, dtype):
     """Rows of `cols` values that take just over nbytes."""
     return nbytes // (cols * np.dtype(dtype).itemsize) + 1
+
+
+@contextlib.contextmanager
+def nan_probe(whole):
+    """whole: nan_in_most ("omit") probes all of any x, so that small
+    arrays whose slices mostly hold a NaN take the route big ones take
+    (their statistics in one pass that leaves NaN out); else as shipped."""
+    if not whole:
+        yield
+        return
+    with mock.patch.object(_missing, "PROBE_SHARE", 1), \
+            mock.patch.object(_missing, "PROBE_MIN_BYTES", 0):
+        yield

@@ -4,16 +4,15 @@ statistics over its values that are not NaN (and selected, with where=),
 other call.  References are float64 computed slice by slice over the
 values that count (reference.masked_moments), never by fastnorm."""
 import warnings
-from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _missing
 from reference import (assert_close, masked_moments, mean_rounding, norm_axes,
                        selected_mean_var, out_dtype, selected_norm, stat_dtype, tiny, tolerances)
+from routes import nan_probe
 from strategies import LAYOUTS, arrange, axis_args, make_values, normalizer_params, shapes
 
 FUNCS = ["mean_var", "layer_norm", "rms_norm", "batch_norm", "zscore"]
@@ -60,18 +59,12 @@ def build(spec):
     return x, axes, where, counts
 
 
-# Where most slices hold a NaN, "omit" takes the statistics first, over
-# every slice (nan_in_most probes a 1/PROBE_SHARE of them); with a share
-# of 1 the probe takes every slice, and small arrays go either way.
-EVERY_SLICE_PROBED = 1
-
-
 @settings(max_examples=200, deadline=None)
 @given(spec=nan_specs(), ddof=st.sampled_from([0, 1]), keepdims=st.booleans(),
        probed=st.booleans())
 def test_mean_var_omit_is_nanmean_and_nanvar(spec, ddof, keepdims, probed):
-    with mock.patch.object(_missing, "PROBE_SHARE",
-                           EVERY_SLICE_PROBED if probed else _missing.PROBE_SHARE):
+    # probed: small arrays whose slices mostly hold a NaN go as big ones do
+    with nan_probe(probed):
         check_mean_var_omit(spec, ddof, keepdims)
 
 
@@ -93,8 +86,7 @@ def check_mean_var_omit(spec, ddof, keepdims):
 @given(spec=nan_specs(), kind=st.sampled_from(["layer", "rms", "batch"]),
        params=st.booleans(), into=st.sampled_from(["fresh", "out"]), probed=st.booleans())
 def test_normalizers_omit_match_reference(spec, kind, params, into, probed):
-    with mock.patch.object(_missing, "PROBE_SHARE",
-                           EVERY_SLICE_PROBED if probed else _missing.PROBE_SHARE):
+    with nan_probe(probed):
         check_normalizer_omit(spec, kind, params, into)
 
 
@@ -387,6 +379,21 @@ def test_explain_takes_nan_policy_and_writes_nothing():
         route = fastnorm.explain(fastnorm.layer_norm, x, axis=0, out=out, nan_policy=policy)
         assert route["pattern"] == "columns"
     assert (out == 9.0).all()
+
+
+@pytest.mark.parametrize("nans", [0.0, 0.1])
+def test_explain_reports_the_route_the_probe_chooses(nans):
+    # (2048, 512) float32, 4 MiB: probed.  Its columns mostly with a NaN take
+    # their statistics first, the masked lanes leaving NaN out; without
+    # NaN the propagate call, unmasked.
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2048, 512)).astype(np.float32)
+    x[rng.random(x.shape) < nans] = np.nan
+    before = x.copy()
+    out = np.full(x.shape, 9.0, np.float32)
+    route = fastnorm.explain(fastnorm.layer_norm, x, axis=0, out=out, nan_policy="omit")
+    assert route["columns"]["where"] == ("lanes" if nans else None)
+    assert (out == 9.0).all() and np.array_equal(x, before, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])

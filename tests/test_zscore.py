@@ -2,15 +2,14 @@
 follows SciPy's documented rules slice by slice (and against SciPy itself
 where it is installed)."""
 import warnings
-from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastnorm
-from fastnorm import _missing
 from reference import OUT_TOL, norm_axes, out_dtype, slices_of, tiny
+from routes import nan_probe
 from strategies import LAYOUTS, arrange, axis_args, make_values, shapes
 
 
@@ -59,9 +58,8 @@ def zscore_specs(draw):
 @given(spec=zscore_specs(), ddof=st.sampled_from([0, 1, 2]),
        policy=st.sampled_from(["propagate", "omit"]), probed=st.booleans())
 def test_zscore_matches_scipys_rules(spec, ddof, policy, probed):
-    # probed: nan_in_most's probe takes every slice, so that small arrays
-    # whose slices mostly hold a NaN go the statistics-first way.
-    with mock.patch.object(_missing, "PROBE_SHARE", 1 if probed else _missing.PROBE_SHARE):
+    # probed: small arrays whose slices mostly hold a NaN go as big ones do
+    with nan_probe(probed):
         check_zscore(spec, ddof, policy)
 
 
