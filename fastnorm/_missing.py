@@ -63,9 +63,9 @@ def omitted_stats(x, axes, where=None, warn=True, cold=False, nan_most=None):
     False: a Dask chunk's slices).  cold: forward's (the first pass)."""
     shape = keepdims_shape(x.shape, axes)
     if where is None and (nan_in_most(x, axes) if nan_most is None else nan_most):
-        where, redo = redo_mask(np.ones(shape, bool), x.shape), None
         part = np.empty(shape)
-        m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=2, warn=warn, cold=cold)
+        m, q, _ = forward(x, axes, "stats", where=redo_mask(np.ones(shape, bool), x.shape),
+                          count=part, omit=2, warn=warn, cold=cold)
         return m, q, part
     if where is None:
         mean, m2, _ = forward(x, axes, "stats", cold=cold)

@@ -236,8 +236,8 @@ def forward(cnp.ndarray x, y, gamma, beta, s0, s1, s2, tuple reduced, int mode, 
     for each slice's number of them; y is written there alone.  omit (with
     where, not mode 'given'): a value counts in the statistics where
     selected and not NaN (1; 2: the slices selected are known to hold a
-    NaN, and their fast sums are not tried first).  cold: x is read from memory whatever its
-    size (Route.cold).  Nothing is copied."""
+    NaN, and their fast sums are not tried first).  cold: x is read from
+    memory whatever its size (Route.cold).  Nothing is copied."""
     fn_clean_upper()
     run_forward(x, y, gamma, beta, s0, s1, s2, reduced, mode, eps, nthreads, fresh, where,
                 count, omit, cold)

@@ -350,9 +350,9 @@ def test_the_guests_of_large_sockets_no_longer_plan_by_their_whole_l3():
 # Moments.update takes a chunk that is a view into a larger array (or a
 # file's map) as read from memory whatever its size, a chunk that owns its
 # memory as just written (in the caches where it fits). Measured on
-# epyc-zen3-2: (1e6, 64) float32 in 100 views, 0.69 (one thread) and 0.77
-# (two) of mean_var's time a chunk, where a view read again in cache takes
-# 1.3 times it; derived elsewhere.
+# epyc-zen3-2: (1e6, 64) float32 in 100 views, 0.69-0.71 (one thread) and
+# 0.77-0.82 (two) of mean_var's time a chunk, where a view read again in
+# cache takes 1.3-1.5 times it; derived elsewhere.
 @pytest.mark.parametrize("name", list(MACHINES))
 def test_moments_read_a_view_chunk_from_memory_and_an_own_one_from_cache(name):
     stream = _z((20000, 64), F32)
