@@ -319,7 +319,7 @@ class Streams:
                 raise NotImplementedError("scikit-learn is not installed")
             self.scaler = StandardScaler
         self.chunks = np.array_split(
-            np.random.default_rng(0).standard_normal((1_000_000, 64)).astype(np.float32), 100)
+            np.random.default_rng(0).standard_normal((1_000_000, 64), dtype=np.float32), 100)
         self.next = 0
         fastnorm.set_num_threads(1)
 
