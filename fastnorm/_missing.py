@@ -197,9 +197,7 @@ def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats):
     redo = np.isnan(s0) | (np.isnan(s2) if mode == "center" else False)
     if not redo.any():
         return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
-    where = redo_mask(redo, x.shape)
-    part = np.empty(shape)
-    m, q, _ = forward(x, axes, "stats", where=where, count=part, omit=2, warn=False)
+    where, m, q, part = nan_slices_again(x, axes, redo)
     np.copyto(count, part, where=redo)
     if (part[redo] == 0).any():
         warn_empty()
@@ -210,12 +208,28 @@ def _redo_nan_slices(x, axes, mode, *, eps, gamma, beta, out, dtype, n_stats):
     else:
         s2 = None
     np.copyto(s1, rstd, where=redo)
-    # (every slice again: the given pass unmasked, as an unmasked call writes)
+    write_slices_again(x, axes, y, redo, where, (mean, rstd), dtype, eps, gamma, beta)
+    return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
+
+
+def nan_slices_again(x, axes, redo):
+    """The slices redo marks (one bool a slice, keepdims layout; they hold
+    a NaN or an inf) taken again, NaN left out, in the kernels' masked
+    pass: (their mask, mean, m2, count), float64 in keepdims layout; no
+    warning of slices with no number (the caller's to give)."""
+    where, count = redo_mask(redo, x.shape), np.empty(redo.shape)
+    mean, m2, _ = forward(x, axes, "stats", where=where, count=count, omit=2, warn=False)
+    return where, mean, m2, count
+
+
+def write_slices_again(x, axes, y, redo, where, given, dtype, eps=0.0, gamma=None, beta=None):
+    """y at the slices redo marks (where: nan_slices_again's mask) written
+    again in the given-statistics pass; every slice: the pass unmasked, as
+    an unmasked call writes."""
     every = redo.all()
     normalize(x, axes, "given", eps=eps, gamma=gamma, beta=beta, out=y, dtype=dtype,
-              n_stats=0, given=(mean, rstd), where=None if every else where,
-              count=None if every else np.empty(shape))
-    return y, (s0 if mode == "center" else None, s1, s2, count), sdt, outs
+              n_stats=0, given=given, where=None if every else where,
+              count=None if every else np.empty(redo.shape))
 
 
 def one_number_kept(count):

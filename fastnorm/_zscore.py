@@ -10,7 +10,8 @@ from . import _simd
 from ._args import as_input, axes_tuple, keepdims_shape, nan_policy_of, result_dtypes
 from ._call import forward, normalize
 from ._lazy import any_dask, via_dask
-from ._missing import nan_in_most, omitted_stats, redo_mask, refuse_nan
+from ._missing import (nan_in_most, nan_slices_again, omitted_stats, refuse_nan,
+                       write_slices_again)
 from ._where import Input, as_where
 
 __all__ = ["zscore", "zscore_scale"]
@@ -44,15 +45,11 @@ def _one_pass(x, axes, n, ddof, out, dtype, out_dtype, omit):
         flat = np.sqrt(var * (n / (n - ddof))) <= np.abs(np.finfo(out_dtype).eps * mean)
     redo = np.isnan(mean) | np.isnan(var) if omit else None
     if redo is not None and redo.any():
-        shape = keepdims_shape(x.shape, axes)
-        where, count = redo_mask(redo, x.shape), np.empty(shape)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            m, q, _ = forward(x, axes, "stats", where=where, count=count, omit=2, warn=False)
-        every = redo.all()
-        normalize(x, axes, "given", eps=0.0, gamma=None, beta=None, out=y, dtype=dtype,
-                  n_stats=0, given=(m, zscore_scale(m, q, count, ddof, out_dtype)),
-                  where=None if every else where, count=None if every else np.empty(shape))
+            where, m, q, count = nan_slices_again(x, axes, redo)
+            scale = zscore_scale(m, q, count, ddof, out_dtype)
+        write_slices_again(x, axes, y, redo, where, (m, scale), dtype)
         flat &= ~redo
     if flat.any():
         np.copyto(y, np.nan, where=np.broadcast_to(flat, y.shape))
